@@ -1,0 +1,59 @@
+"""Aligning one engine's per-node logs to the clock of its main log.
+
+Startup milestones (``Init torch distributed ends``, ``Load weight end``,
+``Capture ... graph end``, ``Memory pool end``) end on every rank within about
+a second of each other, because the ranks meet in collectives there.  The
+median difference of the first such milestone on the main node and on another
+node is that node's clock offset.  Rows keep the time the file printed; the
+interface views add ``sources.clock_offset_s``.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from .store import Store
+
+MILESTONES = [
+    "Init torch distributed ends", "Load weight end", "Memory pool end", "Capture cuda graph end",
+    "Init torch distributed begin", "Load weight begin", "KV Cache is allocated",
+]
+
+
+def align_engine_clocks(store: Store, engine: str) -> dict[str, float]:
+    """Set clock_offset_s for every node log of ``engine``; return {node: offset_s}."""
+    nodes = store.query(
+        """SELECT s.node, list(s.path) AS paths,
+                  (SELECT count(*) FROM t_http_requests h WHERE h.engine = s.engine AND list_contains(list(s.path), h.file))
+                  + (SELECT count(*) FROM t_events e WHERE e.engine = s.engine AND e.kind = 'server_args'
+                     AND list_contains(list(s.path), e.path)) AS main_score
+           FROM sources s WHERE s.engine = ? AND s.kind = 'server_log' AND s.status = 'ok'
+           GROUP BY s.node, s.engine""",
+        [engine],
+    )
+    if len(nodes) < 2:
+        return {}
+    nodes.sort(key=lambda r: -r["main_score"])
+    main = nodes[0]
+    offsets: dict[str, float] = {main["node"]: 0.0}
+    main_ms = _milestones(store, engine, main["paths"])
+    for node in nodes[1:]:
+        other = _milestones(store, engine, node["paths"])
+        diffs = [(main_ms[k] - other[k]).total_seconds() for k in main_ms.keys() & other.keys()]
+        offset = float(round(statistics.median(diffs))) if diffs else 0.0
+        offsets[node["node"]] = offset
+        store.con.execute("UPDATE sources SET clock_offset_s = ? WHERE engine = ? AND node = ?",
+                          [offset, engine, node["node"]])
+    return offsets
+
+
+def _milestones(store: Store, engine: str, paths: list[str]) -> dict:
+    out = {}
+    for m in MILESTONES:
+        first = store.scalar(
+            "SELECT min(ts) FROM t_events WHERE engine = ? AND list_contains(?, path) AND starts_with(message, ?)",
+            [engine, paths, m],
+        )
+        if first is not None:
+            out[m] = first
+    return out

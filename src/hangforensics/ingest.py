@@ -1,0 +1,242 @@
+"""Ingest: evidence files -> DuckDB tables, incrementally, one transaction per file.
+
+The ``sources`` manifest makes re-ingest idempotent: an unchanged file costs a
+stat and a head hash; a file that grew is read from where the last ingest
+stopped; a file whose start changed is read again from scratch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+
+from . import pyspy
+from .clock import align_engine_clocks
+from .errors import InputError
+from .evidence import EvidenceFile, Workspace, detect_kind
+from .logfile import detect_compose, head_hash, head_text, is_gzip, iter_chunks
+from .progress import Progress
+from .sglang_log import FileContext, Parsed, last_record_start, parse_chunk
+from .store import LOADED_TABLES, Store, physical
+
+
+@dataclass
+class IngestResult:
+    root: Path
+    engines: list[str] = field(default_factory=list)
+    files_read: int = 0
+    files_skipped: int = 0
+    lines: int = 0
+    unparsed: int = 0
+    bytes: int = 0
+
+
+def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: Progress | None = None,
+                 workspace: Workspace | None = None) -> list[IngestResult]:
+    """Ingest each PATH (engine folder, fleet folder, single file or archive) into ``store``."""
+    own = workspace is None
+    ws = workspace or Workspace()
+    try:
+        results = []
+        for p in paths:
+            root, files = ws.resolve(Path(p), mode)
+            results.append(ingest_files(store, root, files, progress))
+        return results
+    finally:
+        if own:
+            ws.close()
+
+
+def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: Progress | None = None) -> IngestResult:
+    res = IngestResult(root=root)
+    prog = progress or Progress(enabled=False)
+    total = sum(_size(f.abs_path) for f in files)
+    prog.start("ingest", total_bytes=total, total_items=len(files))
+    for f in files:
+        if f.engine not in res.engines:
+            res.engines.append(f.engine)
+        read = _ingest_one(store, f, prog)
+        if read is None:
+            res.files_skipped += 1
+        else:
+            res.files_read += 1
+            res.lines += read[0]
+            res.unparsed += read[1]
+        res.bytes += _size(f.abs_path)
+        prog.item_done(_size(f.abs_path))
+    for engine in res.engines:
+        align_engine_clocks(store, engine)
+    prog.finish(f"{res.files_read} files read, {res.files_skipped} unchanged, {res.lines} lines")
+    return res
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _ingest_one(store: Store, f: EvidenceFile, prog: Progress) -> tuple[int, int] | None:
+    """Read one file; None when the manifest says it is unchanged."""
+    try:
+        st = f.abs_path.stat()
+    except OSError as e:
+        raise InputError(f"cannot read {f.rel_path}: {e.strerror or e}") from e
+    kind = detect_kind(f.abs_path)
+    hhash = head_hash(f.abs_path) if kind not in ("unreadable",) else ""
+    compressed = kind != "unreadable" and is_gzip(f.abs_path)
+    prev = store.query("SELECT * FROM sources WHERE abs_path = ?", [str(f.abs_path)])
+    prev_row = prev[0] if prev else None
+    start_offset, start_line = 0, 1
+    if prev_row is not None:
+        same_head = prev_row["head_hash"] == hhash
+        if same_head and prev_row["bytes"] == st.st_size and abs((prev_row["mtime"] or 0) - st.st_mtime) < 1e-6:
+            return None
+        if same_head and not compressed and st.st_size > (prev_row["bytes"] or 0) and kind == "server_log":
+            start_offset, start_line = prev_row["read_bytes"] or 0, (prev_row["lines"] or 0) + 1
+        else:
+            _forget(store, prev_row)
+            prev_row = None
+    else:
+        dup = store.query(
+            "SELECT path FROM sources WHERE engine = ? AND head_hash = ? AND status = 'ok' AND kind = ?",
+            [f.engine, hhash, kind])
+        if dup and kind != "unknown":
+            # The same content under another name (a rotated or compressed copy): never read twice.
+            _record_source(store, f, kind, st, hhash, compressed, 0, 0, 0, status=f"duplicate of {dup[0]['path']}")
+            return None
+
+    with store.transaction():
+        if kind == "server_log":
+            lines, unparsed, read_bytes, hint = _ingest_log(store, f, start_offset, start_line)
+        elif kind == "pyspy_dump":
+            lines, unparsed = _ingest_pyspy(store, f, st.st_mtime)
+            read_bytes, hint = st.st_size, None
+        elif kind == "unknown":
+            lines, unparsed, read_bytes = _ingest_unknown(store, f)
+            hint = None
+        else:
+            lines = unparsed = read_bytes = 0
+            hint = None
+        if prev_row is not None:
+            lines += prev_row["lines"] or 0
+            unparsed += prev_row["unparsed_lines"] or 0
+            store.con.execute("DELETE FROM sources WHERE source_id = ?", [prev_row["source_id"]])
+        _record_source(store, f, kind, st, hhash, compressed, lines, unparsed, read_bytes,
+                       release_hint=hint, source_id=prev_row["source_id"] if prev_row else None)
+    return lines - (prev_row["lines"] if prev_row else 0), unparsed
+
+
+def _forget(store: Store, row: dict) -> None:
+    """Drop everything read from a source whose content changed under the same name."""
+    with store.transaction():
+        for table in sorted(LOADED_TABLES, key=lambda t: t != "frames"):  # frames before their stacks
+            col = "file" if table == "http_requests" else "path"
+            if table == "frames":
+                store.con.execute(
+                    "DELETE FROM frames WHERE dump_id IN (SELECT dump_id FROM t_stacks WHERE engine = ? AND path = ?)",
+                    [row["engine"], row["path"]])
+                continue
+            store.con.execute(f"DELETE FROM {physical(table)} WHERE engine = ? AND {col} = ?",
+                              [row["engine"], row["path"]])
+        store.con.execute("DELETE FROM sources WHERE source_id = ?", [row["source_id"]])
+
+
+def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, compressed: bool, lines: int,
+                   unparsed: int, read_bytes: int, status: str = "ok", release_hint: str | None = None,
+                   source_id: int | None = None) -> None:
+    if source_id is None:
+        source_id = store.scalar("SELECT COALESCE(MAX(source_id), 0) + 1 FROM sources")
+    store.append("sources", [{
+        "source_id": source_id, "path": f.rel_path, "abs_path": str(f.abs_path), "engine": f.engine,
+        "kind": kind, "bytes": st.st_size, "lines": lines, "parsed_lines": lines - unparsed,
+        "unparsed_lines": unparsed, "read_bytes": read_bytes, "head_hash": hhash, "mtime": st.st_mtime,
+        "compressed": compressed, "rotation": f.rotation, "node": f.node, "clock_offset_s": 0.0,
+        "release_hint": release_hint, "status": status, "ingested_at": datetime.now(),
+    }])
+
+
+def _append_parsed(store: Store, parsed: Parsed) -> None:
+    for table in LOADED_TABLES:
+        rows = parsed.tables.get(table)
+        if rows is None:
+            continue
+        if isinstance(rows, pl.DataFrame):
+            if rows.height:
+                store.append(table, rows.to_arrow())
+        elif rows:
+            store.append(table, rows)
+
+
+def _ingest_log(store: Store, f: EvidenceFile, start_offset: int, start_line: int) -> tuple[int, int, int, str | None]:
+    head = head_text(f.abs_path).splitlines()
+    ctx = FileContext(engine=f.engine, path=f.rel_path,
+                      default_year=datetime.fromtimestamp(f.abs_path.stat().st_mtime).year,
+                      compose=detect_compose(head))
+    lines = unparsed = 0
+    end_offset = start_offset
+    held: list[str] = []
+    held_first = start_line
+    for chunk in iter_chunks(f.abs_path, start_offset, start_line):
+        block = held + chunk.lines
+        first = held_first
+        cut = last_record_start(block, ctx.compose)
+        # Hold the last (possibly unfinished) record back so continuation lines stay with it.
+        if cut > 0:
+            body, held = block[:cut], block[cut:]
+            held_first = first + cut
+        else:
+            body, held = block, []
+            held_first = first + len(block)
+        if body:
+            parsed = parse_chunk(body, first, ctx)
+            _append_parsed(store, parsed)
+            lines += parsed.lines
+            unparsed += parsed.unparsed
+        end_offset = chunk.end_offset
+    if held:
+        parsed = parse_chunk(held, held_first, ctx)
+        _append_parsed(store, parsed)
+        lines += parsed.lines
+        unparsed += parsed.unparsed
+    return lines, unparsed, end_offset, None
+
+
+def _ingest_pyspy(store: Store, f: EvidenceFile, mtime: float) -> tuple[int, int]:
+    text_lines = [s for chunk in iter_chunks(f.abs_path) for s in chunk.lines]
+    dump = pyspy.parse_dump(text_lines, 1)
+    ts = datetime.fromtimestamp(mtime)
+    stacks, frames = [], []
+    dump_id = f"{f.engine}:{f.rel_path}"
+    from .sglang_log import _dump_rows  # shared row builder for embedded and standalone dumps
+    ctx = FileContext(engine=f.engine, path=f.rel_path, default_year=ts.year)
+    _dump_rows(dump, dump_id, ctx, ts, "", "standalone", stacks, frames)
+    store.append("stacks", stacks)
+    store.append("frames", frames)
+    un = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": text_lines[i]} for i in dump.unmatched]
+    store.append("unparsed", un)
+    return len(text_lines), len(un)
+
+
+def _ingest_unknown(store: Store, f: EvidenceFile) -> tuple[int, int, int]:
+    n = 0
+    end = 0
+    for chunk in iter_chunks(f.abs_path):
+        df = pl.DataFrame({
+            "engine": f.engine, "path": f.rel_path,
+            "line": pl.int_range(chunk.first_line, chunk.first_line + len(chunk.lines), eager=True),
+            "text": pl.Series(chunk.lines, dtype=pl.String),
+        })
+        store.append("unparsed", df.to_arrow())
+        n += len(chunk.lines)
+        end = chunk.end_offset
+    return n, n, end
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,122 @@
+"""Reading evidence files: gzip by magic bytes, CRLF, docker-compose prefixes, bounded chunks.
+
+Files are read in byte chunks cut at line boundaries, so memory stays bounded
+however large a log is; line numbers are physical (1-based) lines of the
+decompressed file, which is what evidence ``file:line`` points at.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK_BYTES = 32 * 1024 * 1024
+HEAD_BYTES = 64 * 1024
+
+# docker compose logs: 'sglang-1  | [2026-...] ...'
+COMPOSE_RE = re.compile(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?")
+COMPOSE_POLARS = r"^[\w.-]+(?:[-_]\d+)?\s*\| ?"
+
+
+def is_gzip(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(2) == GZIP_MAGIC
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror or e}") from e
+
+
+def open_binary(path: Path) -> io.BufferedIOBase:
+    """Open a file for reading bytes, transparently decompressing gzip."""
+    try:
+        if is_gzip(path):
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        return path.open("rb")
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror or e}") from e
+
+
+def head_text(path: Path, nbytes: int = HEAD_BYTES) -> str:
+    """The first bytes of a file (decompressed), decoded leniently, for content sniffing."""
+    with open_binary(path) as f:
+        try:
+            data = f.read(nbytes)
+        except (OSError, EOFError, gzip.BadGzipFile) as e:
+            raise InputError(f"cannot read {path}: {e}") from e
+    return data.decode("utf-8", errors="replace")
+
+
+def head_hash(path: Path) -> str:
+    """Identity of a file's content start: survives renames and gzip (hash of decompressed head)."""
+    with open_binary(path) as f:
+        data = f.read(HEAD_BYTES)
+    return hashlib.sha1(data).hexdigest()
+
+
+def detect_compose(sample_lines: list[str]) -> bool:
+    """True when most non-empty lines carry a docker-compose 'service-1  | ' prefix."""
+    lines = [s for s in sample_lines if s.strip()][:200]
+    if not lines:
+        return False
+    hits = sum(1 for s in lines if COMPOSE_RE.match(s) and "|" in s[:60])
+    return hits >= 0.8 * len(lines)
+
+
+@dataclass
+class Chunk:
+    first_line: int        # 1-based line number of lines[0]
+    lines: list[str]       # decoded, without line endings (CR stripped)
+    end_offset: int        # decompressed byte offset just after the last complete line
+    eof: bool
+
+
+def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
+                chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
+    """Yield complete lines in bounded chunks, from ``start_offset`` (a line boundary)."""
+    try:
+        f = open_binary(path)
+    except InputError:
+        raise
+    with f:
+        try:
+            if start_offset:
+                if isinstance(f, gzip.GzipFile):
+                    f.seek(start_offset)
+                else:
+                    f.seek(start_offset)
+            offset = start_offset
+            line_no = start_line
+            carry = b""
+            while True:
+                block = f.read(chunk_bytes)
+                eof = not block
+                data = carry + block
+                if not eof:
+                    cut = data.rfind(b"\n")
+                    if cut < 0:
+                        carry = data
+                        continue
+                    body, carry = data[: cut + 1], data[cut + 1:]
+                else:
+                    body, carry = data, b""
+                if body:
+                    text = body.decode("utf-8", errors="replace")
+                    lines = text.split("\n")
+                    if lines and lines[-1] == "":
+                        lines.pop()
+                    lines = [s[:-1] if s.endswith("\r") else s for s in lines]
+                    offset += len(body)
+                    yield Chunk(line_no, lines, offset, eof)
+                    line_no += len(lines)
+                if eof:
+                    return
+        except (OSError, EOFError, gzip.BadGzipFile) as e:
+            raise InputError(f"cannot read {path}: {e}") from e

@@ -1,0 +1,76 @@
+"""Rules: one TOML file per rule in ``rules/``, metadata plus SQL logic (like a Sigma rule).
+
+A rule's SQL returns one row per finding with the columns
+``engine, ranks, ts, ts_end, title, detail, evidence`` and optionally
+``signature``; the runner adds the rule id and severity.  Adding a rule is
+adding a file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import RuleError
+
+SEVERITIES = ("critical", "warning", "info")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+REQUIRED = ("id", "severity", "title", "description", "logic")
+FINDING_COLUMNS = ("engine", "ranks", "ts", "ts_end", "title", "detail", "evidence")
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: str
+    title: str
+    description: str
+    logic: str                       # 'sql'
+    sql: str
+    path: Path
+    references: tuple[str, ...] = ()
+    false_positives: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+    tags: tuple[str, ...] = field(default=())
+
+
+def rules_dir() -> Path:
+    """``rules/`` of a source checkout, else the copy installed inside the package."""
+    here = Path(__file__).resolve()
+    for cand in (here.parents[2] / "rules", here.parent / "_data" / "rules"):
+        if cand.is_dir() and any(cand.glob("*.toml")):
+            return cand
+    raise RuleError("no rules directory found (expected rules/*.toml beside the package)")
+
+
+def load_rule(path: Path) -> Rule:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise RuleError(f"{path.name}: {e}") from e
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise RuleError(f"{path.name}: missing {', '.join(missing)}")
+    if data["severity"] not in SEVERITIES:
+        raise RuleError(f"{path.name}: severity must be one of {', '.join(SEVERITIES)}")
+    if data["logic"] != "sql" or not data.get("sql", "").strip():
+        raise RuleError(f"{path.name}: logic = 'sql' with a non-empty sql = '''...''' is required")
+    if path.stem != data["id"]:
+        raise RuleError(f"{path.name}: file name must be the rule id ({data['id']}.toml)")
+    return Rule(
+        id=data["id"], severity=data["severity"], title=data["title"], description=data["description"].strip(),
+        logic=data["logic"], sql=data["sql"], path=path,
+        references=tuple(data.get("references", [])), false_positives=tuple(data.get("false_positives", [])),
+        inputs=tuple(data.get("inputs", [])), tags=tuple(data.get("tags", [])),
+    )
+
+
+def load_rules(directory: Path | None = None) -> list[Rule]:
+    d = directory or rules_dir()
+    rules = [load_rule(p) for p in sorted(d.glob("*.toml"))]
+    ids = [r.id for r in rules]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise RuleError(f"duplicate rule ids: {', '.join(sorted(dup))}")
+    return sorted(rules, key=lambda r: (SEVERITY_RANK[r.severity], r.id))

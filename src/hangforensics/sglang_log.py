@@ -1,0 +1,437 @@
+"""The SGLang server log (with PyTorch-NCCL glog, NCCL debug and vLLM lines mixed in).
+
+Formats: ../shared/reference/sglang-formats.md.  The volume of a log is batch
+and access lines, so classification and field extraction are polars
+expressions over a whole chunk of lines; only the rare multi-line records
+(watchdog dumps, py-spy bodies, tracebacks, torch watchdog messages) are
+walked in Python.
+
+A record starts at a line with a recognised envelope (SGLang prefix, glog,
+NCCL debug, vLLM, uvicorn); unprefixed lines that follow belong to it when its
+kind can continue (tracebacks, dumps, multi-line messages), blank lines always
+do, and anything else is kept in ``unparsed``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from . import leaks, pyspy, torch_nccl
+
+# -- envelopes (polars / Rust regex syntax) -----------------------------------
+PREFIX = (
+    r"^(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?"
+    r"\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?)"
+    r"(?P<ranks>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] ?(?P<msg>.*)$"
+)
+GLOG = (
+    r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
+    r"(?:\d+ )?(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<gmsg>.*)$"
+)
+NCCL_DEBUG = r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|ERROR|TRACE|ABORT)"
+VLLM = (
+    r"^(?:\((?P<vproc>\w+) pid=(?P<vpid>\d+)\) )?(?P<vlvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?P<vts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[(?P<vsrc>[^\]:]+):(?P<vline>\d+)\] (?P<vmsg>.*)$"
+)
+ACCESS = (
+    r'^(?:INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL):\s+(?P<client>\S*) - "(?P<method>[A-Z]+) (?P<upath>\S+)'
+    r' HTTP/[\d.]+" (?P<status>\d{3})'
+)
+BARE_ACCESS = r"^(?:\(\w+ pid=\d+\) )?(?:INFO|WARNING|ERROR):\s+\S* - \"[A-Z]+ \S+ HTTP/[\d.]+\" \d{3}"
+ENVIRONMENT = r"^Environment: \S+="
+BATCH = r"^(?P<bkind>Prefill|Decode) batch(?: \[(?P<iter>\d+)\])?[.,] (?P<bbody>.*)$"
+
+# Message kinds of SGLang-prefixed records: (kind, regex on the message).  First match wins.
+MESSAGE_KINDS: list[tuple[str, str]] = [
+    ("server_args", r"^server_args=ServerArgs\("),
+    ("server_ready", r"^The server is fired up and ready to roll!"),
+    ("health_check_failed", r"^Health check failed\."),
+    ("watchdog_debug_info", r"^\w+ debug info:\s*$"),
+    ("watchdog_timeout", r"^(?:\w+ )?[Ww]atchdog timeout \(self\.watchdog_timeout="),
+    ("pyspy_dump", r"^Pyspy dump for PID \d+"),
+    ("pyspy_failed", r"^(?:Pyspy failed|All pyspy dump attempts failed)"),
+    ("watchdog_batch_info", r"^(?:self|scheduler)\.cur_batch(?:_for_debug)?\.batch_size\(\)="),
+    ("sigquit", r"^(?:SIGQUIT received\.|Received sigquit from a child process)"),
+    ("scheduler_exception", r"^(?:Scheduler|DataParallelController|TokenizerManager|DetokenizerManager) hit an exception"),
+    ("subprocess_crashed", r"^(?:Subprocess .* crashed with exit code|Scheduler or DataParallelController \d+ terminated)"),
+    ("mem_check_busy", r"^\[Mem Check \(BUSY\)\]"),
+    ("mem_leak_busy", r"(?:Full Pool |SWA Pool )?Mem Leak Detected!"),
+    ("mem_leak_warning", r"memory leak detected!"),
+    ("kv_retract", r"^(?:KV cache pool is full\. Retract requests|Decode out of memory happened)"),
+    ("symm_mem", r"(?:[Ss]ymmetric memory|symm_mem|SymmMem)"),
+    ("scheduler_ready", r"^max_total_num_tokens=\d+"),
+    ("startup", r"^(?:Init torch distributed|Load weight (?:begin|end)|Capture .*graph (?:begin|end)|Memory pool end|KV Cache is allocated|Mamba Cache is allocated|Uvicorn running)"),
+    ("pd_transfer_failed", r"^(?:Prefill|Decode) transfer failed|timed out after .* in KVPoll\."),
+    ("client_disconnected", r"Request is disconnected from the client side"),
+]
+
+# Kinds whose following unprefixed lines belong to them.
+CONTINUABLE = {
+    "log", "watchdog_debug_info", "pyspy_dump", "pyspy_failed", "watchdog_batch_info", "sigquit",
+    "scheduler_exception", "mem_leak_warning", "mem_leak_busy", "mem_check_busy", "torch_nccl", "vllm",
+    "server_args", "subprocess_crashed", "symm_mem", "watchdog_timeout", "pd_transfer_failed",
+}
+# Kinds walked in Python for attributes, dumps and leak text.
+DETAILED = {
+    "server_args", "health_check_failed", "watchdog_debug_info", "watchdog_timeout", "pyspy_dump",
+    "watchdog_batch_info", "scheduler_exception", "mem_leak_warning", "mem_leak_busy", "torch_nccl",
+    "environment", "subprocess_crashed", "pyspy_failed",
+}
+
+# Batch-line keys -> column.  Keys are matched verbatim after ', ' (never by position).
+BATCH_INT_KEYS: dict[str, list[str]] = {
+    "new_seq": ["#new-seq"],
+    "new_token": ["#new-token"],
+    "cached_token": ["#cached-token"],
+    "running_req": ["#running-req"],
+    "queue_req": ["#queue-req"],
+    "num_token": ["#token", "#full token"],
+}
+BATCH_FLOAT_KEYS: dict[str, list[str]] = {
+    "token_usage": ["token usage", "full token usage"],
+    "swa_token_usage": ["swa token usage"],
+    "mamba_usage": ["mamba usage"],
+    "gen_throughput": ["gen throughput (token/s)"],
+    "input_throughput": ["input throughput (token/s)"],
+    "accept_len": ["accept len"],
+}
+# Requests waiting on something other than compute (PD queues), summed into pending_req.
+PENDING_KEYS = ["#prealloc-req", "#transfer-req", "#inflight-req", "#bootstrap-req",
+                "#unbootstrapped-req", "#transferring-req", "#host-receive-req"]
+BATCH_COLUMNS = ["engine", "path", "line", "ts", "rank", "batch_kind", "forward_iter",
+                 *BATCH_INT_KEYS, *BATCH_FLOAT_KEYS, "graph", "pending_req"]
+
+RANK_TAG_RE = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
+
+
+@dataclass
+class FileContext:
+    engine: str
+    path: str                      # as reported in evidence (relative)
+    default_year: int              # for glog / vLLM timestamps that carry no year
+    compose: bool = False
+    last_ts: datetime | None = None  # carried across chunks
+
+
+@dataclass
+class Parsed:
+    """Rows produced from one chunk, ready for the store."""
+
+    tables: dict[str, pl.DataFrame | list[dict[str, Any]]] = field(default_factory=dict)
+    lines: int = 0
+    unparsed: int = 0
+
+
+def _key_regex(keys: list[str]) -> str:
+    alt = "|".join(re.escape(k) for k in keys)
+    return rf"(?:^|, )(?:{alt}): ([^,]+)"
+
+
+def _ts_expr(col: str) -> pl.Expr:
+    return pl.col(col).str.replace(",", ".").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False)
+
+
+def classify(texts: list[str], compose: bool) -> pl.DataFrame:
+    """One row per line: envelope fields, record kind, record id."""
+    df = pl.DataFrame({"text": pl.Series(texts, dtype=pl.String)}).with_row_index("i")
+    src = pl.col("text")
+    if compose:
+        src = src.str.replace(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?", "")
+    df = df.with_columns(src.alias("body"))
+    df = df.with_columns(pl.col("body").str.extract_groups(PREFIX).alias("p"))
+    df = df.unnest("p")
+    msg = pl.col("msg")
+    kind = pl.when(pl.col("ts").is_null()).then(pl.lit(None, dtype=pl.String))
+    kind = kind.when(msg.str.contains(BATCH)).then(pl.lit("batch"))
+    kind = kind.when(msg.str.contains(ACCESS)).then(pl.lit("access"))
+    for name, rx in MESSAGE_KINDS:
+        kind = kind.when(msg.str.contains(rx)).then(pl.lit(name))
+    kind = kind.otherwise(pl.lit("log"))
+    body = pl.col("body")
+    other = (
+        pl.when(pl.col("ts").is_not_null()).then(pl.lit(None, dtype=pl.String))
+        .when(body.str.contains(GLOG)).then(pl.lit("torch_nccl"))
+        .when(body.str.contains(NCCL_DEBUG)).then(pl.lit("nccl_debug"))
+        .when(body.str.contains(VLLM)).then(pl.lit("vllm"))
+        .when(body.str.contains(BARE_ACCESS)).then(pl.lit("access"))
+        .when(body.str.contains(ENVIRONMENT)).then(pl.lit("environment"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+    )
+    df = df.with_columns(pl.coalesce(kind, other).alias("kind"))
+    df = df.with_columns(
+        pl.col("kind").is_not_null().alias("start"),
+        (pl.col("body").str.strip_chars() == "").alias("blank"),
+    )
+    df = df.with_columns(pl.col("start").cast(pl.Int64).cum_sum().alias("rec"))
+    # kind of the record each line belongs to
+    df = df.with_columns(pl.col("kind").forward_fill().alias("rec_kind"))
+    cont_ok = pl.col("rec_kind").is_in(list(CONTINUABLE))
+    df = df.with_columns(
+        pl.when(pl.col("start")).then(pl.lit("start"))
+        .when(pl.col("rec") == 0).then(pl.lit("unparsed"))
+        .when(pl.col("blank") | cont_ok).then(pl.lit("cont"))
+        .otherwise(pl.lit("unparsed")).alias("role")
+    )
+    return df
+
+
+def last_record_start(lines: list[str], compose: bool) -> int:
+    """Index of the last line that starts a record (used to hold a record back across chunks)."""
+    rx = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|^(?:\[rank\d+\]:)?\[[IWEF]\d{3,4} ")
+    for j in range(len(lines) - 1, -1, -1):
+        s = lines[j]
+        if compose:
+            s = re.sub(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?", "", s)
+        if rx.match(s):
+            return j
+    return 0
+
+
+def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
+    """Parse a chunk of complete records; line numbers start at ``first_line``."""
+    df = classify(lines, ctx.compose)
+    df = df.with_columns((pl.col("i").cast(pl.Int64) + first_line).alias("line"))
+    out = Parsed(lines=len(lines))
+    base = {"engine": ctx.engine}
+
+    # Record extents: last line of each record (its continuation lines).
+    ext = (
+        df.filter(pl.col("role") != "unparsed")
+        .group_by("rec").agg(pl.col("line").max().alias("line_end"))
+    )
+    starts = df.filter(pl.col("start")).join(ext, on="rec", how="left")
+
+    # Year context for envelopes without a year (glog, vLLM): the nearest SGLang timestamp.
+    year_hint = ctx.default_year if ctx.last_ts is None else ctx.last_ts.year
+    ts_parsed = _ts_expr("ts")
+    starts = starts.with_columns(ts_parsed.alias("ts_dt"))
+
+    # -- batches (vectorised) --------------------------------------------------
+    b = starts.filter(pl.col("kind") == "batch").with_columns(
+        pl.col("msg").str.extract_groups(BATCH).alias("bg")
+    ).unnest("bg")
+    if b.height:
+        cols: list[pl.Expr] = [
+            pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"),
+            pl.col("ts_dt").alias("ts"), pl.col("ranks").str.strip_chars().alias("rank"),
+            pl.col("bkind").alias("batch_kind"), pl.col("iter").cast(pl.Int64, strict=False).alias("forward_iter"),
+        ]
+        body = pl.col("bbody").str.strip_chars_end(", ")
+        for col, keys in BATCH_INT_KEYS.items():
+            cols.append(body.str.extract(_key_regex(keys), 1).str.strip_chars()
+                        .cast(pl.Int64, strict=False).alias(col))
+        for col, keys in BATCH_FLOAT_KEYS.items():
+            cols.append(body.str.extract(_key_regex(keys), 1).str.strip_chars()
+                        .cast(pl.Float64, strict=False).alias(col))
+        cols.append(body.str.extract(r"(?:^|, )(?:cuda|cpu|npu|musa|xpu|hpu) graph: (True|False)", 1)
+                    .eq("True").alias("graph"))
+        pend = [body.str.extract(_key_regex([k]), 1).str.strip_chars().cast(pl.Int64, strict=False)
+                for k in PENDING_KEYS]
+        cols.append(pl.sum_horizontal(pend).alias("_pend_sum"))
+        cols.append(pl.any_horizontal([p.is_not_null() for p in pend]).alias("_pend_any"))
+        bt = b.select(cols).with_columns(
+            pl.when(pl.col("_pend_any")).then(pl.col("_pend_sum")).otherwise(None).alias("pending_req")
+        ).drop("_pend_sum", "_pend_any")
+        out.tables["batches"] = bt
+
+    # -- access lines ----------------------------------------------------------
+    a = starts.filter(pl.col("kind") == "access").with_columns(
+        pl.coalesce(pl.col("msg"), pl.col("body").str.replace(r"^\(\w+ pid=\d+\) ", "")).alias("amsg")
+    ).with_columns(pl.col("amsg").str.extract_groups(ACCESS).alias("ag")).unnest("ag")
+    if a.height:
+        out.tables["http_requests"] = a.select(
+            pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("file"), pl.col("line"),
+            pl.col("ts_dt").alias("ts"), pl.col("client"), pl.col("method"),
+            pl.col("upath").alias("path"), pl.col("status").cast(pl.Int32, strict=False),
+        )
+
+    # -- other records -> events ----------------------------------------------
+    ev = starts.filter(~pl.col("kind").is_in(["batch", "access"]))
+    events = ev.select(
+        pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"),
+        pl.col("line_end"), pl.col("ts_dt").alias("ts"),
+        pl.col("ranks").str.strip_chars().fill_null("").alias("rank"),
+        pl.col("kind"), pl.coalesce(pl.col("msg"), pl.col("body")).str.slice(0, 2000).alias("message"),
+        pl.lit(None, dtype=pl.String).alias("attrs"),
+    )
+
+    # -- detailed records (Python, rare) ---------------------------------------
+    detailed_ids = ev.filter(pl.col("kind").is_in(list(DETAILED)))
+    extra_unparsed: list[dict[str, Any]] = []
+    attrs_by_line: dict[int, str] = {}
+    ts_by_line: dict[int, datetime] = {}
+    rank_by_line: dict[int, str] = {}
+    extra_events: list[dict[str, Any]] = []
+    leak_rows: list[dict[str, Any]] = []
+    stack_rows: list[dict[str, Any]] = []
+    frame_rows: list[dict[str, Any]] = []
+    if detailed_ids.height:
+        body_list = df.get_column("body").to_list()
+        for rec in detailed_ids.iter_rows(named=True):
+            i0 = rec["i"]
+            i1 = i0 + (rec["line_end"] - rec["line"]) if rec["line_end"] is not None else i0
+            cont = body_list[i0 + 1: i1 + 1]
+            kind = rec["kind"]
+            line = rec["line"]
+            rank = (rec["ranks"] or "").strip()
+            ts = rec["ts_dt"]
+            msg = rec["msg"] if rec["msg"] is not None else rec["body"]
+            attrs: dict[str, Any] = {}
+            if kind == "torch_nccl":
+                g = torch_nccl.parse_glog(rec["body"], year_hint)
+                if g:
+                    ts = g.pop("ts")
+                    ts_by_line[line] = ts
+                    if g.get("global_rank") is not None and not rank:
+                        rank_by_line[line] = f"rank{g['global_rank']}"
+                    attrs = g
+            elif kind == "server_args":
+                attrs = parse_server_args(msg)
+            elif kind == "environment":
+                attrs = dict(re.findall(r"(\w+)=(\S*)", msg))
+            elif kind == "health_check_failed":
+                m = re.search(r"last_heartbeat time: (\d\d:\d\d:\d\d)", msg)
+                t = re.search(r"tic start time: (\d\d:\d\d:\d\d)", msg)
+                attrs = {"last_heartbeat": m.group(1) if m else None, "tic_start": t.group(1) if t else None}
+            elif kind == "watchdog_timeout":
+                m = re.search(r"watchdog_timeout=([\d.]+)(?:, self\.soft=(True|False))?", msg)
+                who = re.match(r"^(\w+) watchdog timeout", msg)
+                attrs = {"timeout": float(m.group(1)) if m else None,
+                         "soft": (m.group(2) == "True") if m and m.group(2) else False,
+                         "who": who.group(1) if who else "Scheduler"}
+            elif kind == "subprocess_crashed":
+                m = re.search(r"exit code (-?\d+)", msg)
+                attrs = {"exit_code": int(m.group(1)) if m else None}
+            elif kind == "pyspy_dump":
+                m = re.search(r"PID (\d+)", msg)
+                attrs = {"pid": int(m.group(1)) if m else None, "native": "--native" in msg}
+                dump = pyspy.parse_dump(cont, line + 1)
+                dump_id = f"{ctx.engine}:{ctx.path}:{line}"
+                _dump_rows(dump, dump_id, ctx, ts, rank, "embedded", stack_rows, frame_rows)
+                for off in dump.unmatched:
+                    extra_unparsed.append({"engine": ctx.engine, "path": ctx.path,
+                                           "line": line + 1 + off, "text": cont[off]})
+                attrs["threads"] = sum(len(p.threads) for p in dump.processes)
+            if kind in ("watchdog_debug_info", "watchdog_batch_info", "scheduler_exception",
+                        "mem_leak_warning", "mem_leak_busy"):
+                text_lines = [msg, *cont]
+                rep = leaks.leak_from_record(kind, text_lines)
+                if rep is not None:
+                    rep.update(engine=ctx.engine, path=ctx.path, line=line, ts=ts, rank=rank)
+                    leak_rows.append(rep)
+                    attrs["leak_context"] = rep["context"]
+                if kind == "watchdog_debug_info":
+                    for off, s in enumerate(cont):
+                        m = re.match(r"^symmetric-memory registration in progress: comm=(\d+) group=(\S+)", s)
+                        if m:
+                            extra_events.append({
+                                "engine": ctx.engine, "path": ctx.path, "line": line + 1 + off,
+                                "line_end": line + 1 + off, "ts": ts, "rank": rank,
+                                "kind": "symm_mem_registration", "message": s[:2000],
+                                "attrs": json.dumps({"comm": m.group(1), "group": m.group(2)}),
+                            })
+                        m = re.match(r"^(?:scheduler|self)\.cur_batch(?:_for_debug)?\.batch_size\(\)=(\d+)", s)
+                        if m:
+                            attrs["batch_size"] = int(m.group(1))
+                if kind == "scheduler_exception":
+                    exc = [s for s in cont if re.match(r"^[\w.]+(?:Error|Exception|Interrupt)\b", s)]
+                    attrs["exception"] = exc[-1][:500] if exc else None
+            if attrs:
+                attrs_by_line[line] = json.dumps(attrs, default=str)
+
+    if attrs_by_line or ts_by_line or rank_by_line:
+        fix = pl.DataFrame({
+            "line": list(set(attrs_by_line) | set(ts_by_line) | set(rank_by_line)),
+        }, schema={"line": pl.Int64})
+        fix = fix.with_columns(
+            pl.col("line").replace_strict(attrs_by_line, default=None, return_dtype=pl.String).alias("_attrs"),
+            pl.col("line").replace_strict(ts_by_line, default=None, return_dtype=pl.Datetime("us")).alias("_ts"),
+            pl.col("line").replace_strict(rank_by_line, default=None, return_dtype=pl.String).alias("_rank"),
+        )
+        events = events.join(fix, on="line", how="left").with_columns(
+            pl.coalesce("_attrs", "attrs").alias("attrs"),
+            pl.coalesce(pl.col("ts").cast(pl.Datetime("us")), "_ts").alias("ts"),
+            pl.when(pl.col("rank") == "").then(pl.col("_rank").fill_null("")).otherwise(pl.col("rank")).alias("rank"),
+        ).drop("_attrs", "_ts", "_rank")
+    if extra_events:
+        events = pl.concat([events.with_columns(pl.col("ts").cast(pl.Datetime("us"))),
+                            pl.DataFrame(extra_events, schema=events.schema | {"ts": pl.Datetime("us")})],
+                           how="vertical_relaxed")
+    out.tables["events"] = events
+    out.tables["leak_reports"] = leak_rows
+    out.tables["stacks"] = stack_rows
+    out.tables["frames"] = frame_rows
+
+    # -- unparsed ------------------------------------------------------------------
+    un = df.filter(pl.col("role") == "unparsed").select(
+        pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"),
+        pl.col("text"),
+    )
+    if extra_unparsed:
+        un = pl.concat([un, pl.DataFrame(extra_unparsed, schema=un.schema)])
+    out.tables["unparsed"] = un
+    out.unparsed = un.height
+    last = starts.get_column("ts_dt").drop_nulls()
+    if last.len():
+        ctx.last_ts = last.max()  # type: ignore[assignment]
+    return out
+
+
+def _dump_rows(dump: pyspy.Dump, dump_id: str, ctx: FileContext, ts: datetime | None, rank: str,
+               capture: str, stack_rows: list[dict[str, Any]], frame_rows: list[dict[str, Any]]) -> None:
+    for p_idx, proc in enumerate(dump.processes):
+        prank = pyspy.rank_from_title(proc.title) or rank
+        pid = proc.pid
+        did = dump_id if len(dump.processes) == 1 else f"{dump_id}#{p_idx}"
+        for th in proc.threads:
+            stack_rows.append({
+                "engine": ctx.engine, "dump_id": did, "thread_id": th.thread_id, "ts": ts,
+                "rank": prank or "", "pid": pid, "thread_name": th.name, "thread_state": th.state,
+                "path": ctx.path, "line": th.line, "process_title": proc.title, "capture": capture,
+            })
+            for depth, fr in enumerate(th.frames):
+                frame_rows.append({
+                    "dump_id": did, "thread_id": th.thread_id, "depth": depth, "function": fr.function,
+                    "file": fr.file, "line": fr.line, "native": fr.native,
+                })
+
+
+SERVER_ARG_KEYS = [
+    "tp_size", "dp_size", "pp_size", "ep_size", "enable_symm_mem", "watchdog_timeout",
+    "soft_watchdog_timeout", "enable_dp_attention", "disaggregation_mode", "enable_hierarchical_cache",
+    "decode_log_interval", "enable_metrics_for_all_schedulers", "base_gpu_id", "gpu_id_step",
+    "model_path", "dist_timeout", "enable_nccl_nvls", "nnodes", "node_rank", "served_model_name",
+]
+
+
+def parse_server_args(msg: str) -> dict[str, Any]:
+    """Pick the forensically relevant settings out of a ``server_args=ServerArgs(...)`` line."""
+    out: dict[str, Any] = {}
+    for key in SERVER_ARG_KEYS:
+        m = re.search(rf"[(,\s]{key}=('(?:[^'\\]|\\.)*'|[^,)]+)", msg)
+        if not m:
+            continue
+        v = m.group(1).strip()
+        if v.startswith("'"):
+            out[key] = v[1:-1]
+        elif v in ("True", "False"):
+            out[key] = v == "True"
+        elif v == "None":
+            out[key] = None
+        else:
+            try:
+                out[key] = float(v) if "." in v else int(v)
+            except ValueError:
+                out[key] = v
+    return out
+
+
+def rank_numbers(label: str) -> dict[str, int]:
+    """'DP1 TP3 EP3' -> {'DP': 1, 'TP': 3, 'EP': 3}."""
+    return {t: int(n) for t, n in RANK_TAG_RE.findall(label or "")}

@@ -1,0 +1,305 @@
+"""The DuckDB store: schema, views, and batched Arrow loading.
+
+Every table the parsers fill and every view SREs query is declared here, so the
+schema lives in one place.  Tables carry a leading underscore-free name and are
+exposed unchanged as the interface views of ``interface.md`` §4; derived models
+(``rank_stops``, ``stalls``) are rebuilt by ``analyze``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from .errors import DatabaseBusyError, DatabaseError
+
+SCHEMA_VERSION = 1
+
+# Table DDL.  Columns named in interface.md §4 are the stable contract; the rest
+# are additions documented in docs/schema.md.
+TABLES: dict[str, str] = {
+    "meta": """
+        key VARCHAR PRIMARY KEY,
+        value VARCHAR
+    """,
+    "sources": """
+        source_id INTEGER PRIMARY KEY,
+        path VARCHAR NOT NULL,          -- relative to the ingest root, begins with the engine folder for fleets
+        abs_path VARCHAR NOT NULL,
+        engine VARCHAR NOT NULL,
+        kind VARCHAR NOT NULL,          -- server_log, pyspy_dump, unknown, unreadable
+        bytes BIGINT,                   -- bytes on disk (compressed size for .gz)
+        lines BIGINT,
+        parsed_lines BIGINT,
+        unparsed_lines BIGINT,
+        read_bytes BIGINT,              -- decompressed bytes consumed so far (resume point)
+        head_hash VARCHAR,              -- hash of the first 64 KiB: identity across renames
+        mtime DOUBLE,
+        compressed BOOLEAN,
+        rotation INTEGER,               -- 0 = live file, 1 = server.log.1, ...
+        node VARCHAR,                   -- file stem when an engine has one log per node
+        clock_offset_s DOUBLE,          -- seconds added to align this file to the main log's clock
+        release_hint VARCHAR,           -- SGLang release family the formats point at
+        status VARCHAR,                 -- ok, vanished
+        ingested_at TIMESTAMP
+    """,
+    "events": """
+        engine VARCHAR,
+        path VARCHAR,
+        line BIGINT,
+        line_end BIGINT,                -- last line of a multi-line record (continuations attached)
+        ts TIMESTAMP,
+        rank VARCHAR,                   -- as SGLang writes it: 'TP3', 'DP1 TP1 EP1', '' for the main process
+        kind VARCHAR,
+        message VARCHAR,                -- first line of the record, without its prefix
+        attrs JSON                      -- kind-specific fields (pid, timeout, seq, ...)
+    """,
+    "batches": """
+        engine VARCHAR,
+        path VARCHAR,
+        line BIGINT,
+        ts TIMESTAMP,
+        rank VARCHAR,
+        batch_kind VARCHAR,             -- Prefill / Decode
+        forward_iter BIGINT,
+        new_seq BIGINT,
+        new_token BIGINT,
+        cached_token BIGINT,
+        running_req BIGINT,
+        queue_req BIGINT,
+        num_token BIGINT,               -- '#token' or '#full token'
+        token_usage DOUBLE,             -- 'token usage' or 'full token usage'
+        swa_token_usage DOUBLE,
+        mamba_usage DOUBLE,
+        gen_throughput DOUBLE,
+        input_throughput DOUBLE,
+        graph BOOLEAN,                  -- cuda/cpu/npu/musa graph
+        accept_len DOUBLE,
+        pending_req BIGINT,             -- PD queues: prealloc + transfer + inflight + bootstrap (+ older names)
+        fields JSON                     -- every key/value of the line, verbatim keys
+    """,
+    "http_requests": """
+        engine VARCHAR,
+        file VARCHAR,
+        line BIGINT,
+        ts TIMESTAMP,
+        client VARCHAR,
+        method VARCHAR,
+        path VARCHAR,                   -- URL path (the file is in 'file')
+        status INTEGER
+    """,
+    "stacks": """
+        engine VARCHAR,
+        dump_id VARCHAR,
+        thread_id VARCHAR,
+        ts TIMESTAMP,
+        rank VARCHAR,
+        pid BIGINT,
+        thread_name VARCHAR,
+        thread_state VARCHAR,
+        path VARCHAR,
+        line BIGINT,
+        process_title VARCHAR,
+        capture VARCHAR                 -- embedded (in a log) or standalone
+    """,
+    "frames": """
+        dump_id VARCHAR,
+        thread_id VARCHAR,
+        depth INTEGER,                  -- 0 = innermost
+        function VARCHAR,
+        file VARCHAR,
+        line BIGINT,
+        native BOOLEAN
+    """,
+    "leak_reports": """
+        engine VARCHAR,
+        path VARCHAR,
+        line BIGINT,
+        ts TIMESTAMP,
+        rank VARCHAR,
+        context VARCHAR,                -- idle / busy / watchdog
+        form VARCHAR,                   -- radix, pool, mamba, hybrid_swa, req_pool, busy_assert
+        leaked_full_pages BIGINT,       -- number of pages listed, NULL when printed as None / absent
+        leaked_mamba_pages BIGINT,
+        total_size BIGINT,
+        available_size BIGINT,
+        evictable_size BIGINT,
+        protected_size BIGINT,
+        shortfall BIGINT,               -- total - (available + evictable + protected [+ session_held])
+        in_flight_batch_size BIGINT,    -- cur_batch.batch_size() printed beside it, when any
+        message VARCHAR
+    """,
+    "unparsed": """
+        engine VARCHAR,
+        path VARCHAR,
+        line BIGINT,
+        text VARCHAR
+    """,
+    "findings": """
+        finding_id INTEGER,
+        rule VARCHAR,
+        severity VARCHAR,
+        engine VARCHAR,
+        ranks VARCHAR[],
+        ts TIMESTAMP,
+        ts_end TIMESTAMP,
+        title VARCHAR,
+        detail VARCHAR,
+        evidence STRUCT(file VARCHAR, line BIGINT)[],
+        signature VARCHAR
+    """,
+    # Derived models, rebuilt by analyze (see analysis.py).
+    "rank_stops": """
+        engine VARCHAR,
+        segment INTEGER,
+        rank VARCHAR,
+        stopped_at TIMESTAMP,           -- last progress of this rank; NULL when unknown
+        source VARCHAR,                 -- batch_lines, watchdog, torch_nccl, absent_from_nccl
+        path VARCHAR,
+        line BIGINT
+    """,
+    "stalls": """
+        engine VARCHAR,
+        segment INTEGER,
+        onset TIMESTAMP,                -- last forward progress
+        evidence_end TIMESTAMP,
+        silent_s DOUBLE,
+        pending VARCHAR,                -- why work was pending
+        ranks VARCHAR[],                -- every rank seen in the segment
+        path VARCHAR,                   -- the last batch line
+        line BIGINT,
+        evidence STRUCT(file VARCHAR, line BIGINT)[]
+    """,
+    "freezes": """
+        engine VARCHAR,
+        segment INTEGER,
+        verdict VARCHAR,                -- together (shared deadlock), staggered or absent (a first rank)
+        ts TIMESTAMP,
+        ts_end TIMESTAMP,
+        ranks VARCHAR[],
+        source VARCHAR,                 -- batch_lines, watchdog, torch_nccl
+        detail VARCHAR,
+        evidence STRUCT(file VARCHAR, line BIGINT)[]
+    """,
+}
+
+# Tables whose timestamps are stored as the file printed them: the interface view of
+# the same name adds the file's clock offset (sources.clock_offset_s), so evidence
+# from another node's clock lines up with the main log without rewriting rows.
+CLOCKED = {"events": "path", "batches": "path", "http_requests": "file", "stacks": "path", "leak_reports": "path"}
+
+# Rank labels are compared by their numbers; these macros keep SQL short.
+MACROS = [
+    "CREATE OR REPLACE MACRO rank_num(label, tag) AS "
+    "TRY_CAST(regexp_extract(label, '(?:^| )' || tag || '(\\d+)', 1) AS INTEGER)",
+]
+
+# Parsed tables appended by ingest, in load order.
+LOADED_TABLES = ("events", "batches", "http_requests", "stacks", "frames", "leak_reports", "unparsed")
+
+
+def physical(name: str) -> str:
+    """Table that stores ``name``'s rows (raw clock for CLOCKED tables)."""
+    return f"t_{name}" if name in CLOCKED else name
+
+
+def _ddl() -> list[str]:
+    stmts = [f"CREATE TABLE IF NOT EXISTS {physical(name)} ({cols})" for name, cols in TABLES.items()]
+    for name, file_col in CLOCKED.items():
+        stmts.append(
+            f"CREATE OR REPLACE VIEW {name} AS SELECT r.* REPLACE ("
+            f"r.ts + to_microseconds(CAST(COALESCE(o.offset_s, 0) * 1e6 AS BIGINT)) AS ts) "
+            f"FROM t_{name} r LEFT JOIN (SELECT engine, path, max(clock_offset_s) AS offset_s FROM sources "
+            f"GROUP BY ALL) o ON o.engine = r.engine AND o.path = r.{file_col}"
+        )
+    return stmts
+
+
+class Store:
+    """One DuckDB database file (or ``:memory:``) holding ingested evidence."""
+
+    def __init__(self, path: str | Path = ":memory:", read_only: bool = False) -> None:
+        self.path = str(path)
+        try:
+            self.con = duckdb.connect(self.path, read_only=read_only)
+        except duckdb.IOException as e:
+            if "lock" in str(e).lower():
+                raise DatabaseBusyError(
+                    f"database {self.path} is busy: another hangforensics process is writing it"
+                ) from e
+            raise DatabaseError(f"cannot open database {self.path}: {_first_line(e)}") from e
+        except duckdb.Error as e:
+            raise DatabaseError(f"cannot open database {self.path}: {_first_line(e)}") from e
+        if not read_only:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        for stmt in _ddl() + MACROS:
+            self.con.execute(stmt)
+        version = self.scalar("SELECT value FROM meta WHERE key = 'schema_version'")
+        if version is None:
+            self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+        elif int(version) > SCHEMA_VERSION:
+            raise DatabaseError(
+                f"database {self.path} has schema version {version}, newer than this hangforensics "
+                f"({SCHEMA_VERSION}); upgrade hangforensics"
+            )
+
+    # -- loading ---------------------------------------------------------------
+    def append(self, table: str, rows: pa.Table | Sequence[dict[str, Any]]) -> int:
+        """Append rows (an Arrow table or dicts) to ``table``, matching columns by name."""
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table}")
+        if not isinstance(rows, pa.Table):
+            if not rows:
+                return 0
+            rows = pa.Table.from_pylist(list(rows))
+        if rows.num_rows == 0:
+            return 0
+        cols = [c for c in rows.column_names]
+        self.con.register("_incoming", rows)
+        try:
+            col_list = ", ".join(f'"{c}"' for c in cols)
+            self.con.execute(f"INSERT INTO {physical(table)} ({col_list}) SELECT {col_list} FROM _incoming")
+        finally:
+            self.con.unregister("_incoming")
+        return rows.num_rows
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        else:
+            self.con.execute("COMMIT")
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        """First column of the first row (None when no row); consumes the whole result."""
+        rows = self.con.execute(sql, params or []).fetchall()
+        return rows[0][0] if rows else None
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql, params or [])
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r)) for r in cur.fetchall()]
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

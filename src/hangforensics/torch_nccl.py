@@ -1,0 +1,75 @@
+"""PyTorch ProcessGroupNCCL watchdog lines (glog envelope), sglang-formats.md §8."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+GLOG_RE = re.compile(
+    r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
+    r"(?:\d+ )?(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<msg>.*)$"
+)
+PG_RE = re.compile(r"\[PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))? Rank (?P<rank>\d+)\]")
+WORK_RANK_RE = re.compile(r"^\[Rank (\d+)\] ")
+TIMEOUT_RE = re.compile(
+    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+), NumelIn=(-?\d+), "
+    r"NumelOut=(-?\d+), Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
+)
+STATUS_RE = re.compile(r"last enqueued (?:NCCL )?work: (\d+), last completed (?:NCCL )?work: (-?\d+)")
+SEQ_RE = re.compile(r"failure detected by watchdog at work sequence id: (\d+)")
+
+EVENTS = [
+    ("collective_timeout", "Watchdog caught collective operation timeout"),
+    ("failure_detected", "failure detected by watchdog"),
+    ("dump_signal", "Received a dump signal"),
+    ("first_to_dump", "First PG on this rank to signal dumping"),
+    ("observed_dump", "Observed flight recorder dump signal"),
+    ("taking_down", "taking the entire process down"),
+    ("watchdog_terminated", "Process group watchdog thread terminated"),
+    ("watchdog_stuck", "watchdog got stuck for"),
+    ("heartbeat_timeout", "Heartbeat monitor timed out"),
+    ("async_error", "raised the following async exception"),
+    ("work_update", "NCCL Work update periodically"),
+    ("some_failed", "Some NCCL operations have failed or timed out"),
+]
+
+
+def parse_glog(line: str, year: int) -> dict[str, Any] | None:
+    m = GLOG_RE.match(line)
+    if not m:
+        return None
+    md = m.group("md")
+    month, day = int(md[:-2]), int(md[-2:])
+    frac = (m.group("frac") + "000000")[:6]
+    try:
+        ts = datetime.strptime(f"{year:04d}-{month:02d}-{day:02d} {m.group('hms')}.{frac}", "%Y-%m-%d %H:%M:%S.%f")
+    except ValueError:
+        return None
+    msg = m.group("msg")
+    out: dict[str, Any] = {
+        "ts": ts, "level": m.group("lvl"),
+        "global_rank": int(m.group("grank")) if m.group("grank") else None,
+        "src": f"{m.group('src')}:{m.group('srcline')}",
+        "event": next((name for name, needle in EVENTS if needle in msg), "other"),
+    }
+    pg = PG_RE.search(msg)
+    if pg:
+        out.update(pg_id=int(pg.group("pgid")), pg_guid=pg.group("guid"), pg_desc=pg.group("desc"),
+                   pg_rank=int(pg.group("rank")))
+    else:
+        wr = WORK_RANK_RE.match(msg)
+        if wr:
+            out["pg_rank"] = int(wr.group(1))
+    t = TIMEOUT_RE.search(msg)
+    if t:
+        out.update(seq=int(t.group(1)), op_type=t.group(2), timeout_ms=int(t.group(5)), ran_ms=int(t.group(6)))
+    s = SEQ_RE.search(msg)
+    if s:
+        out["seq"] = int(s.group(1))
+    st = STATUS_RE.search(msg)
+    if st:
+        out.update(last_enqueued=int(st.group(1)), last_completed=int(st.group(2)))
+    if out.get("global_rank") is None and out.get("pg_rank") is not None and out.get("pg_id") in (None, 0):
+        out["global_rank"] = out["pg_rank"]
+    return out
