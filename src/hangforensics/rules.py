@@ -59,7 +59,7 @@ def load_rule(path: Path) -> Rule:
     if path.stem != data["id"]:
         raise RuleError(f"{path.name}: file name must be the rule id ({data['id']}.toml)")
     return Rule(
-        id=data["id"], severity=data["severity"], title=data["title"], description=data["description"].strip(),
+        id=data["id"], severity=data["severity"], title=data["title"], description=" ".join(data["description"].split()),
         logic=data["logic"], sql=data["sql"], path=path,
         references=tuple(data.get("references", [])), false_positives=tuple(data.get("false_positives", [])),
         inputs=tuple(data.get("inputs", [])), tags=tuple(data.get("tags", [])),

@@ -1,0 +1,73 @@
+"""Library entry points: one function per CLI command.  They raise HangforensicsError subclasses."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import findings as findings_mod
+from .errors import InputError
+from .evidence import Workspace
+from .ingest import IngestResult, ingest_paths
+from .progress import Progress
+from .rules import Rule, load_rules
+from .store import Store
+
+
+@dataclass
+class ReportResult:
+    html: Path
+    json: Path | None
+    document: dict[str, Any]
+    ingest: list[IngestResult]
+
+
+def ingest(paths: list[Path], db: Path, mode: str = "auto", progress: Progress | None = None) -> list[IngestResult]:
+    """Load evidence into the DuckDB file ``db`` (incremental)."""
+    with Store(db) as store:
+        return ingest_paths(store, paths, mode=mode, progress=progress)
+
+
+def analyze(db: Path) -> dict[str, Any]:
+    """Run every rule over the database; store and return the findings document."""
+    if not Path(db).exists():
+        raise InputError(f"no database at {db}: run 'hangforensics ingest' first")
+    with Store(db) as store:
+        return findings_mod.document(findings_mod.run_rules(store))
+
+
+def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None = None, mode: str = "auto",
+           progress: Progress | None = None) -> ReportResult:
+    """Postmortem in one step: ingest PATH, run the rules, write the HTML (and the findings JSON)."""
+    from .report import render_report  # rendering stays in the report layer
+
+    out = Path(out)
+    if out.exists() and out.is_dir():
+        raise InputError(f"--output {out} is a directory")
+    with tempfile.TemporaryDirectory(prefix="hangforensics-") as tmp, Workspace() as ws:
+        db_path = Path(db) if db else Path(tmp) / "evidence.duckdb"
+        with Store(db_path) as store:
+            results = ingest_paths(store, [Path(path)], mode=mode, progress=progress, workspace=ws)
+            engines = [e for r in results for e in r.engines]
+            found = findings_mod.run_rules(store, engines=engines)
+            doc = findings_mod.document(found)
+            html = render_report(store, engines, found, title_path=str(path))
+    _write_text(out, html)
+    if json_out:
+        _write_text(Path(json_out), json.dumps(doc, indent=2) + "\n")
+    return ReportResult(out, Path(json_out) if json_out else None, doc, results)
+
+
+def rules() -> list[Rule]:
+    return load_rules()
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror or e}") from e

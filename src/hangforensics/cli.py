@@ -1,0 +1,159 @@
+"""The ``hangforensics`` command: a thin layer, one library call per command.
+
+Exit codes (interface.md §2): 0 done, 1 findings at or above --fail-on,
+2 bad input or usage (one line on stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import __version__, api
+from .errors import HangforensicsError
+from .progress import Progress
+from .rules import SEVERITY_RANK
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Forensics for hung multi-GPU inference engines: logs and stack dumps into DuckDB, hang rules, "
+         "one HTML incident report.",
+)
+
+DEFAULT_DB = Path("hangforensics.duckdb")
+
+
+def _mode(engine: bool, fleet: bool) -> str:
+    if engine and fleet:
+        raise HangforensicsError("--engine and --fleet exclude each other")
+    return "engine" if engine else "fleet" if fleet else "auto"
+
+
+def _fail_on_exit(doc: dict, fail_on: str | None) -> None:
+    if fail_on is None:
+        return
+    if fail_on not in SEVERITY_RANK:
+        raise HangforensicsError(f"--fail-on must be one of {', '.join(SEVERITY_RANK)}")
+    limit = SEVERITY_RANK[fail_on]
+    if any(SEVERITY_RANK[f["severity"]] <= limit for f in doc["findings"]):
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    path: Annotated[Path, typer.Argument(help="Engine folder, fleet folder, file or .tar.gz/.zip bundle.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="HTML report to write.")] = Path(
+        "hangforensics-report.html"),
+    db: Annotated[Path | None, typer.Option("--db", help="Keep the DuckDB database here (default: temporary).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the findings document.")] = None,
+    engine: Annotated[bool, typer.Option("--engine", help="Treat PATH as one engine.")] = False,
+    fleet: Annotated[bool, typer.Option("--fleet", help="Treat PATH as a fleet of engines.")] = False,
+    fail_on: Annotated[str | None, typer.Option("--fail-on", help="Exit 1 on a finding this severe or worse.")] = None,
+) -> None:
+    """Postmortem in one step: ingest PATH, run every rule, write one self-contained HTML report."""
+    res = api.report(path, output, db=db, json_out=json_out, mode=_mode(engine, fleet), progress=Progress())
+    n = len(res.document["findings"])
+    crit = sum(1 for f in res.document["findings"] if f["severity"] == "critical")
+    typer.echo(f"{res.html}: {n} finding(s), {crit} critical", err=True)
+    _fail_on_exit(res.document, fail_on)
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Engine folders, fleet folders, files or bundles.")],
+    db: Annotated[Path, typer.Option("--db", help="DuckDB file.")] = DEFAULT_DB,
+    engine: Annotated[bool, typer.Option("--engine", help="Treat each PATH as one engine.")] = False,
+    fleet: Annotated[bool, typer.Option("--fleet", help="Treat each PATH as a fleet.")] = False,
+) -> None:
+    """Load evidence into the database; unchanged files add nothing, grown files are read from where they left off."""
+    results = api.ingest(paths, db, mode=_mode(engine, fleet), progress=Progress())
+    for r in results:
+        typer.echo(f"{r.root}: {len(r.engines)} engine(s), {r.files_read} file(s) read, {r.files_skipped} unchanged, "
+                   f"{r.lines} lines ({r.unparsed} unparsed)", err=True)
+
+
+@app.command()
+def analyze(
+    db: Annotated[Path, typer.Option("--db", help="DuckDB file.")] = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings document on stdout.")] = False,
+    fail_on: Annotated[str | None, typer.Option("--fail-on", help="Exit 1 on a finding this severe or worse.")] = None,
+) -> None:
+    """Run every rule over what is ingested and store the findings."""
+    doc = api.analyze(db)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        for f in doc["findings"]:
+            ranks = ",".join(f["ranks"]) if f["ranks"] else "-"
+            typer.echo(f"{f['severity']:<8} {f['rule']:<20} {f['engine']:<28} {f['ts'] or '-':<19} {ranks}  {f['title']}")
+    _fail_on_exit(doc, fail_on)
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="One read-only SQL query over the views (sources, events, batches, ...).")],
+    db: Annotated[Path, typer.Option("--db", help="DuckDB file.")] = DEFAULT_DB,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet.")] = "table",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+) -> None:
+    """Read-only ad hoc SQL (DML, DDL, COPY, ATTACH, INSTALL/LOAD refused)."""
+    from .sqlquery import run_query
+
+    text = run_query(db, query, fmt, output)
+    if text is not None:
+        sys.stdout.write(text)
+
+
+@app.command("rules")
+def rules_cmd() -> None:
+    """List the rules with their ids, severities and one-line descriptions."""
+    for r in api.rules():
+        typer.echo(f"{r.id:<22} {r.severity:<9} {r.title}")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"hangforensics {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True,
+                                          help="Print the version.")] = False,
+) -> None:
+    pass
+
+
+def main() -> None:
+    try:
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
+    except HangforensicsError as e:
+        sys.stderr.write(f"hangforensics: error: {e}\n")
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.stderr.write("hangforensics: aborted\n")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.stderr.write("hangforensics: interrupted\n")
+        sys.exit(130)
+    except Exception as e:  # click usage errors and anything unexpected: one line, never a traceback
+        # typer vendors click: its usage errors carry format_message() and an exit code
+        if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
+            if e.format_message().strip():
+                sys.stderr.write(f"hangforensics: error: {e.format_message()} (see hangforensics --help)\n")
+            sys.exit(2)
+        if os.environ.get("HANGFORENSICS_DEBUG"):
+            raise
+        sys.stderr.write(f"hangforensics: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+                         f"(set HANGFORENSICS_DEBUG=1 for a traceback)\n")
+        sys.exit(3)

@@ -1,0 +1,228 @@
+"""The HTML incident report: one self-contained file (inline CSS and SVG, no network), jinja2 autoescaped.
+
+Only this module and ``reports/templates`` know about presentation: they read
+the store and the findings, and build the verdict, the timeline geometry and
+the evidence excerpts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from . import __version__
+from .findings import iso
+from .logfile import iter_chunks
+from .rules import SEVERITIES, load_rules
+from .sglang_log import rank_numbers
+from .store import Store
+
+TIMELINE_W = 860          # drawing width of the time axis, px
+LABEL_W = 110
+ROW_H = 26
+BUCKETS = 180
+EXCERPT_CHARS = 400
+PROBES = ("/health", "/health_generate", "/ping", "/healthz", "/readiness", "/liveness")
+
+
+def templates_dir() -> Path:
+    here = Path(__file__).resolve()
+    for cand in (here.parents[2] / "reports" / "templates", here.parent / "_data" / "templates"):
+        if (cand / "report.html.j2").is_file():
+            return cand
+    raise FileNotFoundError("report templates not found")
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
+                             autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+    env.filters["hms"] = lambda t: t.strftime("%H:%M:%S") if t else "?"
+    env.filters["iso"] = iso
+    return env
+
+
+def _rank_key(label: str) -> tuple:
+    n = rank_numbers(label)
+    return (n.get("DP", 0), n.get("PP", 0), n.get("TP", 0), label)
+
+
+def _minutes(a: datetime, b: datetime) -> str:
+    s = (b - a).total_seconds()
+    return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
+
+
+def excerpts(store: Store, engine: str, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """The text of the evidence lines, read back from the files (raw text is not stored for parsed lines)."""
+    by_path: dict[str, set[int]] = defaultdict(set)
+    for path, line in wanted:
+        if line is not None:
+            by_path[path].add(int(line))
+    out: dict[tuple[str, int], str] = {}
+    for path, lines in by_path.items():
+        row = store.query("SELECT abs_path FROM sources WHERE engine = ? AND path = ? LIMIT 1", [engine, path])
+        if not row:
+            continue
+        last = max(lines)
+        try:
+            for chunk in iter_chunks(Path(row[0]["abs_path"])):
+                end = chunk.first_line + len(chunk.lines)
+                for n in lines:
+                    if chunk.first_line <= n < end:
+                        text = chunk.lines[n - chunk.first_line]
+                        out[(path, n)] = text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + " …"
+                if end > last:
+                    break
+        except Exception:  # a file that vanished since ingest: the excerpt is simply absent
+            continue
+    return out
+
+
+def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[str]:
+    """Plain sentences, most important first."""
+    by_rule = defaultdict(list)
+    for f in fs:
+        by_rule[f["rule"]].append(f)
+    out: list[str] = []
+    if "stall-onset" in by_rule:
+        f = by_rule["stall-onset"][0]
+        out.append(f"{engine} stopped making forward progress at {f['ts']:%Y-%m-%d %H:%M:%S} while work was "
+                   f"still pending, and never resumed.")
+    for f in by_rule.get("all-ranks-frozen", []):
+        out.append(f"All {len(f['ranks'])} ranks froze within the same second: a shared deadlock "
+                   f"(collective, rendezvous or NCCL registration), not one bad rank.")
+    for f in by_rule.get("first-rank-stopped", []):
+        out.append(f"{', '.join(f['ranks'])} stopped first: start the investigation there.")
+    for f in by_rule.get("known-signature", []):
+        out.append(f"The evidence matches the known hang signature '{f.get('signature')}'.")
+    for f in by_rule.get("health-check-blind", []):
+        out.append(f"/health kept answering 200 for {_minutes(f['ts'], f['ts_end'])} after the stall began: "
+                   f"liveness probes cannot see this hang, and load balancers kept routing to it.")
+    for f in by_rule.get("watchdog-kill", []):
+        hard = "took the engine down" in f["title"]
+        out.append(f"The scheduler watchdog fired at {f['ts']:%H:%M:%S} on {len(f['ranks'])} rank(s)"
+                   + (" and took the engine down." if hard else " (soft: it only dumped)."))
+    if by_rule.get("busy-leak-report"):
+        out.append("The memory 'leak' printed in the watchdog dump is a red herring: it counts the in-flight "
+                   "batch's own KV pages. Do not chase a KV-cache leak.")
+    for f in by_rule.get("idle-memory-leak", []):
+        out.append(f"A real memory leak: the idle-path check failed on {', '.join(f['ranks'])} at "
+                   f"{f['ts']:%H:%M:%S}.")
+    if not out:
+        out.append(f"No hang found in {engine}'s evidence: it was busy, slow or idle, not stalled.")
+    return out
+
+
+def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
+             fs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Geometry of the inline SVG: batch cadence per logging rank, probes, onset and freeze markers."""
+    span = store.query(
+        "SELECT min(ts) AS a, max(ts) AS b FROM (SELECT ts FROM batches WHERE engine = ? "
+        "UNION ALL SELECT ts FROM http_requests WHERE engine = ? UNION ALL SELECT ts FROM events WHERE engine = ?)",
+        [engine, engine, engine])[0]
+    if span["a"] is None:
+        return None
+    t0, t1 = span["a"], span["b"]
+    if stall is not None:
+        t0 = max(t0, stall["onset"] - timedelta(minutes=10))
+        t1 = max(stall["evidence_end"], stall["onset"] + timedelta(seconds=30))
+    if t1 <= t0:
+        t1 = t0 + timedelta(seconds=60)
+    total = (t1 - t0).total_seconds()
+
+    def x(t: datetime) -> float:
+        return round(LABEL_W + TIMELINE_W * min(max((t - t0).total_seconds() / total, 0.0), 1.0), 1)
+
+    bucket_s = total / BUCKETS
+    counts = store.query(
+        "SELECT rank, CAST(floor(epoch(ts - ?::TIMESTAMP) / ?) AS INTEGER) AS b, count(*) AS n FROM batches "
+        "WHERE engine = ? AND ts >= ? AND ts <= ? GROUP BY ALL", [t0, bucket_s, engine, t0, t1])
+    ranks = sorted({r["rank"] for r in store.query("SELECT DISTINCT rank FROM batches WHERE engine = ?", [engine])},
+                   key=_rank_key)
+    peak = max((c["n"] for c in counts), default=1)
+    rows = []
+    for i, rank in enumerate(ranks):
+        y = 30 + i * ROW_H
+        bars = []
+        for c in counts:
+            if c["rank"] != rank:
+                continue
+            h = max(2.0, (ROW_H - 8) * math.log1p(c["n"]) / math.log1p(peak))
+            bars.append({"x": round(LABEL_W + TIMELINE_W * c["b"] / BUCKETS, 1),
+                         "w": max(1.0, round(TIMELINE_W / BUCKETS - 0.5, 1)), "y": round(y + ROW_H - 4 - h, 1),
+                         "h": round(h, 1), "n": c["n"]})
+        rows.append({"rank": rank or "(main)", "y": y, "bars": bars})
+    probe_y = 30 + len(ranks) * ROW_H
+    probes = []
+    for r in store.query(
+            "SELECT ts, status, path FROM http_requests WHERE engine = ? AND list_contains(?, path) "
+            "AND ts >= ? AND ts <= ? ORDER BY ts", [engine, list(PROBES), t0, t1]):
+        after = stall is not None and r["ts"] > stall["onset"]
+        probes.append({"x": x(r["ts"]), "ok": r["status"] == 200, "after": after, "status": r["status"],
+                       "t": r["ts"].strftime("%H:%M:%S"), "path": r["path"]})
+    marks = []
+    for f in fs:
+        if f["rule"] == "watchdog-kill" and f["ts"] and t0 <= f["ts"] <= t1:
+            marks.append({"x": x(f["ts"]), "label": "watchdog " + f["ts"].strftime("%H:%M:%S")})
+    height = probe_y + ROW_H + 34
+    ticks = []
+    for k in range(7):
+        t = t0 + timedelta(seconds=total * k / 6)
+        ticks.append({"x": x(t), "label": t.strftime("%H:%M:%S")})
+    out: dict[str, Any] = {
+        "width": LABEL_W + TIMELINE_W + 60, "height": height, "rows": rows, "probe_y": probe_y,
+        "probes": probes, "marks": marks, "ticks": ticks, "axis_y": probe_y + ROW_H + 4,
+        "t0": t0, "t1": t1, "onset": None, "freeze": None, "label_w": LABEL_W,
+    }
+    if stall is not None:
+        out["onset"] = {"x": x(stall["onset"]), "label": "stall onset " + stall["onset"].strftime("%H:%M:%S")}
+    if freeze is not None and freeze.get("ts") is not None:
+        a, b = x(freeze["ts"]), x(freeze["ts_end"] or freeze["ts"])
+        out["freeze"] = {"x": a - 2, "w": max(4.0, b - a + 4),
+                         "label": ("froze together" if freeze["verdict"] == "together" else "first stop")}
+    return out
+
+
+def render_report(store: Store, engines: list[str], found: list[dict[str, Any]], title_path: str = "") -> str:
+    rules = {r.id: r for r in load_rules()}
+    sections = []
+    for engine in engines:
+        fs = [f for f in found if f["engine"] == engine]
+        stalls = store.query("SELECT * FROM stalls WHERE engine = ? ORDER BY onset DESC", [engine])
+        stall = stalls[0] if stalls else None
+        freezes = store.query("SELECT * FROM freezes WHERE engine = ? ORDER BY ts DESC NULLS LAST", [engine])
+        freeze = freezes[0] if freezes else None
+        wanted = {(e["file"], e["line"]) for f in fs for e in (f["evidence"] or [])}
+        text = excerpts(store, engine, wanted)
+        items = []
+        for f in fs:
+            rule = rules.get(f["rule"])
+            items.append({
+                **f, "ts_s": iso(f["ts"]), "ts_end_s": iso(f["ts_end"]),
+                "description": rule.description if rule else "",
+                "false_positives": rule.false_positives if rule else (),
+                "evidence": [{"file": e["file"], "line": e["line"], "text": text.get((e["file"], e["line"]))}
+                             for e in (f["evidence"] or [])][:12],
+            })
+        by_sev = [(s, [i for i in items if i["severity"] == s]) for s in SEVERITIES]
+        sources = store.query(
+            "SELECT path, kind, bytes, lines, parsed_lines, unparsed_lines, clock_offset_s, status FROM sources "
+            "WHERE engine = ? ORDER BY path", [engine])
+        config = store.query(
+            "SELECT attrs FROM events WHERE engine = ? AND kind IN ('server_args', 'environment') ORDER BY ts",
+            [engine])
+        sections.append({
+            "engine": engine, "verdict": verdict(engine, fs, stall), "by_severity": by_sev, "stall": stall,
+            "freeze": freeze, "timeline": timeline(store, engine, stall, freeze, fs), "sources": sources,
+            "herrings": [i for i in items if i["rule"] == "busy-leak-report"],
+            "critical": sum(1 for f in fs if f["severity"] == "critical"), "n_findings": len(fs),
+            "config": [c["attrs"] for c in config if c["attrs"]],
+        })
+    return _env().get_template("report.html.j2").render(
+        sections=sections, title_path=title_path, version=__version__,
+        generated=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+    )
