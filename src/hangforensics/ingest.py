@@ -111,25 +111,39 @@ def _ingest_one(store: Store, f: EvidenceFile, prog: Progress) -> tuple[int, int
             _record_source(store, f, kind, st, hhash, compressed, 0, 0, 0, status=f"duplicate of {dup[0]['path']}")
             return None
 
-    with store.transaction():
-        if kind == "server_log":
-            lines, unparsed, read_bytes, hint = _ingest_log(store, f, start_offset, start_line)
-        elif kind == "pyspy_dump":
-            lines, unparsed = _ingest_pyspy(store, f, st.st_mtime)
-            read_bytes, hint = st.st_size, None
-        elif kind == "unknown":
-            lines, unparsed, read_bytes = _ingest_unknown(store, f)
-            hint = None
-        else:
-            lines = unparsed = read_bytes = 0
-            hint = None
+    try:
+        with store.transaction():
+            return _read_into_store(store, f, kind, st, hhash, compressed, prev_row, start_offset, start_line)
+    except InputError as e:
+        # One unreadable file (truncated gzip, vanished mid-read) must not sink the whole ingest:
+        # its rows are rolled back and the manifest says why.
         if prev_row is not None:
-            lines += prev_row["lines"] or 0
-            unparsed += prev_row["unparsed_lines"] or 0
-            store.con.execute("DELETE FROM sources WHERE source_id = ?", [prev_row["source_id"]])
-        _record_source(store, f, kind, st, hhash, compressed, lines, unparsed, read_bytes,
-                       release_hint=hint, source_id=prev_row["source_id"] if prev_row else None)
-    return lines - (prev_row["lines"] if prev_row else 0), unparsed
+            _forget(store, prev_row)
+        _record_source(store, f, "unreadable", st, hhash, compressed, 0, 0, 0, status=f"error: {e}")
+        return 0, 0
+
+
+def _read_into_store(store: Store, f: EvidenceFile, kind: str, st, hhash: str, compressed: bool,
+                     prev_row: dict | None, start_offset: int, start_line: int) -> tuple[int, int]:
+    """Parse one file's (new) lines into the tables and update its manifest row; returns (lines, unparsed) read."""
+    hint = None
+    if kind == "server_log":
+        lines, unparsed, read_bytes, hint = _ingest_log(store, f, start_offset, start_line)
+    elif kind == "pyspy_dump":
+        lines, unparsed = _ingest_pyspy(store, f, st.st_mtime)
+        read_bytes = st.st_size
+    elif kind == "unknown":
+        lines, unparsed, read_bytes = _ingest_unknown(store, f)
+    else:  # binary: recorded, not read
+        lines = unparsed = read_bytes = 0
+    total_lines, total_unparsed = lines, unparsed
+    if prev_row is not None:
+        total_lines += prev_row["lines"] or 0
+        total_unparsed += prev_row["unparsed_lines"] or 0
+        store.con.execute("DELETE FROM sources WHERE source_id = ?", [prev_row["source_id"]])
+    _record_source(store, f, kind, st, hhash, compressed, total_lines, total_unparsed, read_bytes,
+                   release_hint=hint, source_id=prev_row["source_id"] if prev_row else None)
+    return lines, unparsed
 
 
 def _forget(store: Store, row: dict) -> None:

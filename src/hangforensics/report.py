@@ -176,7 +176,7 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
     out: dict[str, Any] = {
         "width": LABEL_W + TIMELINE_W + 60, "height": height, "rows": rows, "probe_y": probe_y,
         "probes": probes, "marks": marks, "ticks": ticks, "axis_y": probe_y + ROW_H + 4,
-        "t0": t0, "t1": t1, "onset": None, "freeze": None, "label_w": LABEL_W,
+        "t0": t0, "t1": t1, "onset": None, "freeze": None, "label_w": LABEL_W, "axis_end": LABEL_W + TIMELINE_W,
     }
     if stall is not None:
         out["onset"] = {"x": x(stall["onset"]), "label": "stall onset " + stall["onset"].strftime("%H:%M:%S")}

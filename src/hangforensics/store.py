@@ -289,7 +289,7 @@ class Store:
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         cur = self.con.execute(sql, params or [])
         names = [d[0] for d in cur.description]
-        return [dict(zip(names, r)) for r in cur.fetchall()]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
     def close(self) -> None:
         self.con.close()

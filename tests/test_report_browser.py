@@ -1,0 +1,99 @@
+"""The HTML report in a real headless Chromium: it renders, the verdict shows, the timeline has its markers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import LogWriter
+
+from hangforensics import api
+
+CHROMIUM = os.environ.get("HANGFORENSICS_CHROMIUM", "/usr/bin/chromium")
+
+
+def _browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("playwright is not installed")
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is required in CI (apt-get install chromium)")
+        pytest.skip("chromium is not installed")
+    return sync_playwright
+
+
+@pytest.fixture(scope="module")
+def page_of():
+    sync_playwright = _browser()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"])
+
+        def open_report(html: Path):
+            page = browser.new_page(viewport={"width": 1280, "height": 1600})
+            messages: list[str] = []
+            page.on("console", lambda m: messages.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
+            requests: list[str] = []
+            page.on("request", lambda r: requests.append(r.url) if not r.url.startswith("file:") else None)
+            page.goto(html.resolve().as_uri())
+            page.wait_for_load_state("load")
+            return page, messages, requests
+
+        yield open_report
+        browser.close()
+
+
+def test_seed_style_report_renders_with_verdict_and_timeline(tmp_path: Path, page_of):
+    log = LogWriter(tp=4)
+    log.startup().traffic(10, 300, ranks=("TP0", "TP1"))
+    log.posts(302, 640).probes(305, 640)
+    log.raw("stray unprefixed text with <script>alert('x')</script> & friends")
+    for r in (3, 1, 0, 2):
+        log.watchdog(630, f"TP{r}")
+    engine = log.write(tmp_path / "gpu7-<odd>&name")
+    out = tmp_path / "report.html"
+    api.report(engine, out)
+    page, messages, requests = page_of(out)
+    assert messages == [], messages
+    assert requests == [], requests                       # self-contained: no network
+    verdict = page.locator("#verdict")
+    assert verdict.is_visible()
+    assert "stopped making forward progress" in verdict.inner_text()
+    assert "froze within the same second" in verdict.inner_text()
+    rows = page.locator("svg.timeline g.rank-row")
+    assert rows.count() == 2                               # one row per logging rank
+    assert sorted(rows.nth(i).get_attribute("data-rank") for i in range(2)) == ["TP0", "TP1"]
+    assert page.locator("svg.timeline g.onset-marker").count() == 1
+    assert page.locator("svg.timeline rect.freeze-window").count() == 1
+    onset_x = float(page.locator("g.onset-marker line").get_attribute("x1"))
+    freeze = page.locator("rect.freeze-window")
+    fx, fw = float(freeze.get_attribute("x")), float(freeze.get_attribute("width"))
+    assert fx <= onset_x <= fx + fw                        # the freeze window sits at the onset
+    assert page.locator("circle.probe.after-onset").count() > 10   # /health answers after onset are drawn
+    box = page.locator("svg.timeline").bounding_box()
+    assert box and box["width"] > 600 and box["height"] > 60
+    assert page.locator("text=Red herring").first.is_visible()
+    assert page.locator("details.finding").count() >= 5
+    # log text is escaped, never executed
+    assert "<odd>&name" in page.locator("h2").first.inner_text()
+    page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+
+
+def test_quiet_engine_report_says_no_hang(tmp_path: Path, page_of):
+    log = LogWriter()
+    log.startup().traffic(10, 200).probes(210, 900)
+    out = tmp_path / "quiet.html"
+    api.report(log.write(tmp_path / "quiet"), out)
+    page, messages, _ = page_of(out)
+    assert messages == []
+    assert "No hang found" in page.locator("#verdict").inner_text()
+    assert page.locator("svg.timeline g.onset-marker").count() == 0

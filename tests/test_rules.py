@@ -1,0 +1,161 @@
+"""Each rule's positive case and the negatives that make it hard (idle, slow, healthy, cut-off log, real leak)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from conftest import LogWriter, analyze_folder, by_rule
+
+from hangforensics.rules import load_rules
+
+T = "2026-05-01 10:00:00"
+
+
+def at(s: float) -> datetime:
+    from datetime import timedelta
+
+    return datetime.strptime(T, "%Y-%m-%d %H:%M:%S") + timedelta(seconds=s)
+
+
+def test_every_required_rule_exists_with_metadata():
+    rules = {r.id: r for r in load_rules()}
+    for rid in ("stall-onset", "all-ranks-frozen", "first-rank-stopped", "busy-leak-report", "idle-memory-leak",
+                "health-check-blind", "watchdog-kill"):
+        r = rules[rid]
+        assert r.description and r.references and r.false_positives and r.sql.strip()
+    assert rules["stall-onset"].severity == "critical"
+    assert rules["busy-leak-report"].severity == "info"
+
+
+def test_stall_with_requests_arriving_is_a_stall_and_health_is_blind(tmp_path, log: LogWriter):
+    log.startup().traffic(10, 120).posts(122, 600).probes(125, 600)
+    f = by_rule(analyze_folder(log.write(tmp_path / "eng")))
+    (stall,) = f["stall-onset"]
+    assert stall["ts"] == at(120)
+    assert stall["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
+    assert "requests arrived after the last batch" in stall["detail"]
+    (blind,) = f["health-check-blind"]
+    assert blind["ts"] == at(125) and blind["ts_end"] == at(595)
+    assert blind["ranks"] == []
+    assert {e["file"] for e in blind["evidence"]} == {"server.log"}
+
+
+def test_idle_engine_whose_traffic_ended_is_not_stalled(tmp_path, log: LogWriter):
+    # The last Decode line still says #running-req: 3 (decode lines are printed every 40 steps), then nothing.
+    log.startup().traffic(10, 120)
+    log.batch(121, running=3).access(121, "/v1/chat/completions", 200, "POST")
+    log.probes(130, 1300)
+    assert analyze_folder(log.write(tmp_path / "idle")) == []
+
+
+def test_slow_step_followed_by_progress_is_not_a_stall(tmp_path, log: LogWriter):
+    log.startup().traffic(10, 100)
+    log.posts(101, 170).probes(105, 170)        # a 70 s chunked prefill: requests wait, then progress resumes
+    log.batch(171, kind="Prefill", running=1, queue=2).traffic(172, 260)
+    assert analyze_folder(log.write(tmp_path / "slow")) == []
+
+
+def test_healthy_busy_engine_has_no_findings(tmp_path, log: LogWriter):
+    log.startup().traffic(10, 400)
+    assert analyze_folder(log.write(tmp_path / "busy")) == []
+
+
+def test_log_cut_off_shortly_after_last_batch_is_not_judged(tmp_path, log: LogWriter):
+    log.startup().traffic(10, 120).posts(122, 140)
+    assert analyze_folder(log.write(tmp_path / "cut")) == []
+
+
+def test_queued_work_in_last_batch_line_is_pending_work(tmp_path, log: LogWriter):
+    # PD decode waiting on KV transfers: no new requests arrive, but the last line counts waiting work.
+    log.startup().traffic(10, 60)
+    log.batch(61, running=1, extra="pre-allocated usage: 0.05, #prealloc-req: 1, #transfer-req: 45, #retracted-req: 0, ")
+    log.probes(65, 300)
+    f = by_rule(analyze_folder(log.write(tmp_path / "pd")))
+    assert [x["ts"] for x in f["stall-onset"]] == [at(61)]
+    assert "45 waiting" in f["stall-onset"][0]["detail"] or "46 waiting" in f["stall-onset"][0]["detail"]
+
+
+def test_watchdogs_in_the_same_second_mean_all_ranks_froze_at_last_progress(tmp_path, log: LogWriter):
+    log.startup().traffic(10, 120).posts(122, 430).probes(125, 430)
+    for r in (2, 0, 3, 1):
+        log.watchdog(425, f"TP{r}")
+    log.line(430, "SIGQUIT received. signum=<Signals.SIGQUIT: 3>, frame=None. It usually means one child failed.")
+    f = by_rule(analyze_folder(log.write(tmp_path / "wd")))
+    (frozen,) = f["all-ranks-frozen"]
+    assert frozen["ts"] == frozen["ts_end"] == at(120)
+    assert frozen["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
+    (kill,) = f["watchdog-kill"]
+    assert kill["ts"] == at(425) and kill["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
+    assert "took the engine down" in kill["title"]
+    (herring,) = f["busy-leak-report"]
+    assert herring["ts"] == at(425) and len(herring["ranks"]) == 4
+    assert "5944" in herring["detail"]                   # the shortfall is quoted
+    assert "first-rank-stopped" not in f and "idle-memory-leak" not in f
+
+
+def test_watchdogs_at_different_seconds_do_not_claim_a_freeze(tmp_path, log: LogWriter):
+    log.startup().traffic(10, 120).posts(122, 600).probes(125, 600)
+    log.watchdog(425, "TP0").watchdog(431, "TP1").watchdog(437, "TP2")
+    f = by_rule(analyze_folder(log.write(tmp_path / "wd2")))
+    assert "all-ranks-frozen" not in f and "first-rank-stopped" not in f
+    assert len(f["watchdog-kill"]) == 1                   # one event: fires within 10 s of each other
+
+
+def test_soft_watchdog_is_reported_as_soft(tmp_path, log: LogWriter):
+    log.startup().traffic(10, 120).posts(122, 430)
+    log.watchdog(425, "TP0", soft=True)
+    (kill,) = by_rule(analyze_folder(log.write(tmp_path / "soft")))["watchdog-kill"]
+    assert kill["title"].startswith("Soft")
+
+
+def test_per_rank_batch_lines_staggered_name_the_first_rank(tmp_path):
+    log = LogWriter(tp=4)
+    log.startup().traffic(10, 100, ranks=("TP0", "TP1", "TP2", "TP3"))
+    log.traffic(101, 106, ranks=("TP0", "TP1", "TP3"))      # TP2 stops 6 s before the others
+    log.posts(108, 400).probes(110, 400, status=503)
+    f = by_rule(analyze_folder(log.write(tmp_path / "stag")))
+    (first,) = f["first-rank-stopped"]
+    assert first["ranks"] == ["TP2"] and first["ts"] == at(100)
+    assert "all-ranks-frozen" not in f
+    assert f["stall-onset"][0]["ts"] == at(106)
+    assert "health-check-blind" not in f                  # the probes answered 503
+
+
+def test_per_rank_batch_lines_within_a_second_are_a_shared_freeze(tmp_path):
+    log = LogWriter(tp=2)
+    log.startup().traffic(10, 100, ranks=("TP0", "TP1")).batch(101, "TP1")
+    log.posts(103, 300)
+    f = by_rule(analyze_folder(log.write(tmp_path / "both")))
+    (frozen,) = f["all-ranks-frozen"]
+    assert (frozen["ts"], frozen["ts_end"]) == (at(100), at(101))
+
+
+def test_rank_absent_from_nccl_timeouts_is_the_suspect(tmp_path, log: LogWriter):
+    log.startup().traffic(10, 120).probes(130, 400, status=503)
+    for r in (3, 1, 0):
+        log.nccl_timeout(362, r)
+    f = by_rule(analyze_folder(log.write(tmp_path / "nccl")))
+    (first,) = f["first-rank-stopped"]
+    assert first["ranks"] == ["TP2"] and first["ts"] is None
+    assert "SeqNum=1558546" in first["detail"]
+    assert f["stall-onset"][0]["ts"] == at(120)
+
+
+def test_idle_leak_is_real_and_not_a_red_herring(tmp_path, log: LogWriter):
+    log.startup().traffic(10, 120).probes(125, 200)
+    log.idle_leak(201, "TP0").idle_leak(201, "TP1")
+    log.line(202, "SIGQUIT received. signum=<Signals.SIGQUIT: 3>, frame=None. It usually means one child failed.")
+    f = by_rule(analyze_folder(log.write(tmp_path / "leak")))
+    assert set(f) == {"idle-memory-leak"}
+    (leak,) = f["idle-memory-leak"]
+    assert leak["ranks"] == ["TP0", "TP1"] and leak["ts"] == at(201)
+    assert "5566" in leak["detail"]                       # 295566 - 290000 unaccounted
+
+
+def test_findings_point_at_file_and_line(tmp_path, log: LogWriter):
+    log.startup().traffic(10, 120).posts(122, 600)
+    folder = log.write(tmp_path / "eng")
+    (stall,) = by_rule(analyze_folder(folder))["stall-onset"]
+    lines = (folder / "server.log").read_text().splitlines()
+    first = stall["evidence"][0]
+    assert "batch" in lines[first["line"] - 1] and at(120).strftime("%H:%M:%S") in lines[first["line"] - 1]
