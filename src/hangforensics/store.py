@@ -301,5 +301,53 @@ class Store:
         self.close()
 
 
+VIEW_NOTES = {
+    "meta": "Key/value facts about the database; `schema_version` is the schema's version.",
+    "sources": "One row per ingested file: the manifest that makes re-ingest incremental.",
+    "events": "Recognised log records other than batch and access lines (kind says which).",
+    "batches": "One row per Prefill/Decode batch line; keys parsed by name, never by position.",
+    "http_requests": "One row per uvicorn access line.",
+    "stacks": "One row per thread in a stack dump (embedded in a log or a standalone capture).",
+    "frames": "One row per frame of a thread, depth 0 innermost.",
+    "leak_reports": "Memory-check / leak reports with the context they were printed in.",
+    "unparsed": "Every line no parser recognised, verbatim.",
+    "findings": "What the rules found (interface.md §3).",
+    "rank_stops": "Derived by analyze: per-rank evidence of when each rank stopped.",
+    "stalls": "Derived by analyze: one row per run of the server that stalled.",
+    "freezes": "Derived by analyze: how tightly the ranks of a stalled run froze.",
+}
+
+
+def schema_markdown() -> str:
+    """docs/schema.md, generated from TABLES so the documentation cannot drift from the DDL."""
+    out = [
+        "# Database schema",
+        "",
+        f"Schema version {SCHEMA_VERSION}. Generated from `src/hangforensics/store.py` "
+        "(`python -m hangforensics.store > docs/schema.md`).",
+        "",
+        "Timestamps are local time without zone, on the clock of the engine's main log: the views "
+        f"{', '.join(f'`{n}`' for n in CLOCKED)} add `sources.clock_offset_s` to the time each file printed "
+        "(their rows are stored in `t_<name>` tables). Rank labels are written as SGLang writes them in its "
+        "log prefix (`TP3`, `DP1 TP1 EP1`); the macro `rank_num(label, 'TP')` extracts a number.",
+        "",
+    ]
+    for name, cols in TABLES.items():
+        out += [f"## `{name}`", "", VIEW_NOTES.get(name, ""), "", "| column | type | notes |", "| --- | --- | --- |"]
+        for raw in cols.strip().splitlines():
+            body, _, note = raw.partition("--")
+            body = body.strip().rstrip(",")
+            if not body:
+                continue
+            col, _, typ = body.partition(" ")
+            out.append(f"| `{col}` | {typ.strip()} | {note.strip()} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def _first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+if __name__ == "__main__":
+    print(schema_markdown(), end="")

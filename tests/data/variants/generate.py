@@ -152,6 +152,11 @@ def same_second(t: float, lo: float = 0.05, hi: float = 0.85) -> float:
     return math.floor(t) + lo + (t - math.floor(t)) * (hi - lo)
 
 
+def occupancy(rng: random.Random) -> tuple[float, float]:
+    fwd = rng.uniform(78, 97)
+    return fwd, fwd + rng.uniform(0.5, 99.8 - fwd)
+
+
 def usage_prefill(kind: str, full: float, other: float) -> str:
     if kind == "swa":
         return "full token usage: %.2f, swa token usage: %.2f, " % (full, other)
@@ -464,7 +469,7 @@ class Sched:
                 self.E.rel, n_seq=1, new=new, cached=req.cached, usage=usage_prefill(self.kind, full, other),
                 running=len(self.active), queue=queue, it=it, in_tp=in_tp,
                 mfu=round(new * 0.012 + rng.uniform(5, 40), 2) if self.mfu else None,
-                occ=(rng.uniform(80, 97), rng.uniform(90, 99.5)) if self.occ else None))
+                occ=occupancy(rng) if self.occ else None))
             self.last_prefill = tp
         self.fct += 1
         self.active.append(req)
@@ -509,7 +514,7 @@ class Sched:
                 queue=0, it=self.fct if self.iters else None,
                 spec=(acc, (acc - 1) / 3.0) if self.spec else None, pd=pd,
                 mfu=(rng.uniform(90, 260), rng.uniform(900, 2400), rng.uniform(2, 12)) if self.mfu else None,
-                occ=(rng.uniform(82, 97), rng.uniform(92, 99.6)) if self.occ else None))
+                occ=occupancy(rng) if self.occ else None))
             self.last_decode = w
             self.retracted = 0
         for n, r in need:
@@ -622,7 +627,7 @@ def boot(E: Engine, t: float, ranks: list[str], *, log_rank: str, kv_tokens: int
             E.rec(t + rng.uniform(0.3, 0.5), "Mamba Cache is allocated. max_mamba_cache_size: 199, conv_state "
                                                "size: 0.33GB, ssm_state size: 11.75GB ", r)
         elif rel != "0.5.23":
-            kv = kv_tokens * 160 / 1e6
+            kv = (78.0 - mem_gb - 12.0) / 2
             E.rec(t + rng.uniform(0.3, 0.5), "KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB"
                   % (kv_tokens, kv, kv), r)
         avail[r] = rng.uniform(8.5, 13.5)
@@ -824,7 +829,7 @@ def e01_symm_deadlock_compose() -> tuple[Engine, dict]:
               clients=("10.41.7.23", "10.41.7.88", "10.41.9.140"))
     t = serve_up(E, t, S, 96)
     t_traffic = t + 2
-    t = S.run(t_traffic, t_traffic + 840, 0.7, p_stream=0.55, drain=False)
+    t = S.run(t_traffic, t_traffic + 400, 0.7, p_stream=0.55, drain=False)
     t = S.run(t, t + 90, 0.5, p_stream=1.0, drain=True)          # traffic tails off: idle gap follows
     t_burst = t + rng.uniform(230, 260)                           # burst after the idle gap grows the pool
     stall = t_burst + 21.4
@@ -905,7 +910,7 @@ def e02_staggered_rotated() -> tuple[Engine, dict]:
               clients=("10.8.1.17", "10.8.1.18"), rank_gap=0.011)
     t = serve_up(E, t, S, 1120)
     t_traffic = t + 3
-    t = S.run(t_traffic, t_traffic + 690, 0.42, p_stream=0.5, drain=False)
+    t = S.run(t_traffic, t_traffic + 560, 0.42, p_stream=0.5, drain=False)
     t2 = t + rng.uniform(20, 40)
     S.stop["TP2 EP2"] = t2                      # TP2's batch lines stop first
     stall = t2 + 6.0
@@ -955,9 +960,9 @@ def e02_staggered_rotated() -> tuple[Engine, dict]:
     evs = sorted(E.log.ev, key=lambda e: (e[0], e[1]))
     groups = [g for _, _, g in evs]
     # size-based rotation (copytruncate) at record boundaries: .2.gz oldest, .1, then the live file,
-    # which starts about four minutes before the first rank stops
-    c2 = next(i for i, e in enumerate(evs) if e[0] >= first - 240)
-    c1 = c2 // 2
+    # which starts a few minutes before the first rank stops
+    c2 = next(i for i, e in enumerate(evs) if e[0] >= first - 200)
+    c1 = c2 * 3 // 5
     parts = {"server.log.2.gz": groups[:c1], "server.log.1": groups[c1:c2], "server.log": groups[c2:]}
     for name, gs in parts.items():
         data = render([x for g in gs for x in g])
@@ -996,7 +1001,7 @@ def e03_idle_leak_046() -> tuple[Engine, dict]:
     S = Sched(E, ["TP0"], max_tokens=798213, step=(17.0, 0.3), clients=("172.16.4.21", "172.16.4.35"))
     t = serve_up(E, t, S, 2188)
     t_traffic = t + 2
-    t = S.run(t_traffic, t_traffic + 780, 0.8, p_stream=0.5, drain=False)
+    t = S.run(t_traffic, t_traffic + 450, 0.8, p_stream=0.5, drain=False)
     t = S.run(t, t + 120, 0.5, p_stream=1.0, drain=True)
     last = max(S.last.values())
     leak = t + rng.uniform(0.05, 0.3)          # first idle iteration after the last request finished
@@ -1023,8 +1028,9 @@ def e03_idle_leak_046() -> tuple[Engine, dict]:
     E.log.raw(leak + 1.0, "/usr/lib/python3.10/multiprocessing/resource_tracker.py:224: UserWarning: "
                           "resource_tracker: There appear to be 1 leaked semaphore objects to clean up at shutdown")
     E.log.raw(leak + 1.01, "  warnings.warn('resource_tracker: There appear to be %d '")
-    E.noise(t, leak - 5, 25, kinds=("text", "blank", "nccl", "text"), host="sjc5-a100-31", pid=2201, ndev=2)
-    E.noise(t + 100, leak - 100, 1, kinds=("bad",))
+    E.noise(t_traffic, leak - 5, 25, kinds=("text", "blank", "nccl", "text"), host="sjc5-a100-31", pid=2201,
+            ndev=2)
+    E.noise(t_traffic + 100, leak - 100, 1, kinds=("bad",))
     E.files["notes.txt"] = render(E.log.lines())
     E.mtimes["notes.txt"] = E.clock.dt(leak + 2)
     why_v = "0.4.6 formats (`Prefill batch. ` no trailing comma, 0.4.6 leak message with continuation lines, " \
@@ -1050,7 +1056,7 @@ def e04_healthy_pp_ms() -> tuple[Engine, dict]:
               clients=("10.60.3.4", "10.60.3.5", "10.60.3.6"), rank_gap=0.037)
     t = serve_up(E, t, S, 77)
     t_traffic = t + 2
-    t = S.run(t_traffic, t_traffic + 960, 0.55, p_stream=0.5, drain=False)
+    t = S.run(t_traffic, t_traffic + 360, 0.55, p_stream=0.5, drain=False)
     # the capture ends mid-traffic: finish with progress after the last request line
     end = t
     plan = S.window(t)
@@ -1078,7 +1084,7 @@ def e05_idle_gz_swa() -> tuple[Engine, dict]:
               clients=("10.3.14.2", "10.3.14.9"))
     t = serve_up(E, t, S, 1311)
     t_traffic = t + 2
-    t = S.run(t_traffic, t_traffic + 720, 0.9, p_stream=0.5, drain=False)
+    t = S.run(t_traffic, t_traffic + 600, 0.9, p_stream=0.5, drain=False)
     t = S.run(t, t + 150, 0.6, p_stream=1.0, drain=False)     # last minutes: streaming clients only
     assert all(r.stream for r in S.active)
     # traffic ends; the last Decode line still counts 3 requests, which finish
@@ -1128,7 +1134,7 @@ def e06_slow_prefill_iters() -> tuple[Engine, dict]:
               out_len=(60, 1500), clients=("10.77.0.31", "10.77.0.32"))
     t = serve_up(E, t, S, 61)
     t_traffic = t + 2
-    t = S.run(t_traffic, t_traffic + 420, 0.45, p_stream=0.6, drain=False)
+    t = S.run(t_traffic, t_traffic + 300, 0.45, p_stream=0.6, drain=False)
     # a 98k-token prompt: chunk 1 (65536 tokens) takes 70 s, chunk 2 another 38 s
     ta = t + 0.2
     big = S.new_req(ta, 1.0)
@@ -1151,7 +1157,7 @@ def e06_slow_prefill_iters() -> tuple[Engine, dict]:
     for i, q in enumerate(queued):                        # admit() writes streaming access lines at arrival
         S.admit(q.t, cur + 0.2 + 0.15 * i, 1.0, req=q, queue=len(queued) - i - 1)
     S.last_prefill = cur
-    t = S.run(cur + 0.2 + 0.15 * len(queued), cur + 600, 0.45, p_stream=0.6, drain=False)
+    t = S.run(cur + 0.2 + 0.15 * len(queued), cur + 300, 0.45, p_stream=0.6, drain=False)
     plan = S.window(t)
     S.commit(t, plan)
     end = max(S.last.values())
@@ -1181,7 +1187,7 @@ def e07_mamba_idle_leak() -> tuple[Engine, dict]:
               clients=("10.15.153.148", "10.15.153.150"))
     t = serve_up(E, t, S, 38)
     t_traffic = t + 2
-    t = S.run(t_traffic, t_traffic + 600, 0.6, p_stream=0.5, drain=False)
+    t = S.run(t_traffic, t_traffic + 320, 0.6, p_stream=0.5, drain=False)
     t = S.run(t, t + 150, 0.4, p_stream=1.0, drain=True)
     last = max(S.last.values())
     leak = t + rng.uniform(0.02, 0.2)
@@ -1228,7 +1234,7 @@ def e07_mamba_idle_leak() -> tuple[Engine, dict]:
         E.main(tq + 5.15 + i * 0.2, "All pyspy dump attempts failed for PID %d." % pid)
     E.quiet.append((leak - 3, tq + 7))
     E.probes(t_traffic - 1.5, leak, health=10.0, metrics=15.0)
-    E.noise(t, leak, 10, host="hkg1-h100-40", pid=512, ndev=2, kinds=("nccl", "blank"))
+    E.noise(t_traffic, leak, 10, host="hkg1-h100-40", pid=512, ndev=2, kinds=("nccl", "blank"))
     E.files["sglang_stdout.log"] = render(E.log.lines())
     E.mtimes["sglang_stdout.log"] = E.clock.dt(tq + 6)
     why_v = "0.5.23 with SGLANG_LOG_MS=1, hybrid Mamba token parts (`mamba num`, `mamba usage`), 0.5.23 " \
@@ -1252,7 +1258,7 @@ def e08_torch_nccl_timeout() -> tuple[Engine, dict]:
     S = Sched(E, ["TP0"], max_tokens=921344, step=(24.0, 0.33), clients=("10.4.220.235", "10.16.94.185"))
     t = serve_up(E, t, S, 2310)
     t_traffic = t + 2
-    t = S.run(t_traffic, t_traffic + 750, 0.7, p_stream=0.5, drain=False)
+    t = S.run(t_traffic, t_traffic + 450, 0.7, p_stream=0.5, drain=False)
     stall = t + rng.uniform(10, 30)
     S.run(t, stall + 420, 0.45, p_stream=0.5, stall=stall)
     onset = S.last["TP0"]
@@ -1340,7 +1346,7 @@ def e09_multinode_soft() -> tuple[Engine, dict]:
               out_len=(80, 2500), clients=("10.50.9.3", "10.50.9.4"))
     t = serve_up(E, t, S, 1840)
     t_traffic = t + 2
-    t = S.run(t_traffic, t_traffic + 720, 0.5, p_stream=0.6, drain=False)
+    t = S.run(t_traffic, t_traffic + 500, 0.5, p_stream=0.6, drain=False)
     stall = t + rng.uniform(5, 15)
     S.run(t, stall + 20, 0.55, p_stream=0.6, stall=stall)
     onset = S.last["TP0"]
@@ -1419,7 +1425,7 @@ def e10_symm_operator_dumps() -> tuple[Engine, dict]:
               clients=("10.30.66.64", "10.30.66.71"))
     t = serve_up(E, t, S, 4407)
     t_traffic = t + 2
-    t = S.run(t_traffic, t_traffic + 660, 0.75, p_stream=0.6, drain=False)
+    t = S.run(t_traffic, t_traffic + 420, 0.75, p_stream=0.6, drain=False)
     stall = t + rng.uniform(6, 18)
     end = stall + rng.uniform(400, 420)
     S.run(t, end, 0.9, p_stream=0.7, stall=stall)
@@ -1475,14 +1481,14 @@ def e11_pd_decode_dp_retract() -> tuple[Engine, dict]:
     t = serve_up(E, t, None, 52)
     t_traffic = t + 2
     ends = []
-    retract_at = t_traffic + rng.uniform(200, 260)
+    retract_at = t_traffic + rng.uniform(120, 180)
     for i, S in enumerate(scheds):
-        tt = S.run(t_traffic, retract_at if i == 2 else t_traffic + 480, 0.28, p_stream=0.4, drain=False)
+        tt = S.run(t_traffic, retract_at if i == 2 else t_traffic + 240, 0.28, p_stream=0.4, drain=False)
         if i == 2:
             S.E.rec(tt + 0.01, "KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: "
                                "%d, #new_token_ratio: 0.4312 -> 0.7000" % rng.randint(3000, 9000), S.ranks[0])
             S.retracted = 2
-            tt = S.run(tt + 0.02, t_traffic + 480, 0.28, p_stream=0.4, drain=False)
+            tt = S.run(tt + 0.02, t_traffic + 240, 0.28, p_stream=0.4, drain=False)
         plan = S.window(tt)
         S.commit(tt, plan)
         ends.append(max(S.last.values()))
@@ -1519,7 +1525,7 @@ def e12_memcheck_busy() -> tuple[Engine, dict]:
               clients=("10.9.219.45", "10.22.80.231"))
     t = serve_up(E, t, S, 839)
     t_traffic = t + 2
-    t = S.run(t_traffic, t_traffic + 540, 0.6, p_stream=0.5, drain=False)
+    t = S.run(t_traffic, t_traffic + 300, 0.6, p_stream=0.5, drain=False)
     plan = S.window(t)
     S.commit(t, plan)
     end = max(S.last.values())

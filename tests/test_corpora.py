@@ -1,0 +1,81 @@
+"""Whole corpora: the shared sample fleet and our own variant corpus, scored; every line accounted for.
+
+The truth files are read only by ../shared/examples/score.py, to judge the
+findings the product produced without them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DATA, EXAMPLES, requires_shared
+
+from hangforensics import api
+from hangforensics.ingest import ingest_paths
+from hangforensics.store import Store
+
+ISSUE2_RULES = ("stall-onset,all-ranks-frozen,first-rank-stopped,busy-leak-report,idle-memory-leak,"
+                "health-check-blind,watchdog-kill")
+VARIANTS = DATA / "variants"
+
+
+def _score(fleet: Path, truth: Path, tmp_path: Path, rules: str = ISSUE2_RULES) -> subprocess.CompletedProcess:
+    docs = []
+    for engine in sorted(p for p in fleet.iterdir() if p.is_dir()):
+        res = api.report(engine, tmp_path / f"{engine.name}.html", json_out=tmp_path / f"{engine.name}.json")
+        docs.append(res.document)
+    all_json = tmp_path / "all.json"
+    all_json.write_text(json.dumps(docs))
+    return subprocess.run([sys.executable, str(EXAMPLES / "score.py"), str(truth), str(all_json), "--rules", rules,
+                           "--min-recall", "0.9", "--min-precision", "0.9"],
+                          capture_output=True, text=True, timeout=300)
+
+
+@requires_shared()
+def test_shared_sample_fleet_scores(tmp_path: Path):
+    p = _score(EXAMPLES / "fleet", EXAMPLES / "truth.json", tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    print(p.stdout.splitlines()[-1])
+
+
+@requires_shared()
+@pytest.mark.skipif(not (VARIANTS / "truth.json").exists(), reason="variant corpus not generated")
+def test_variant_corpus_scores(tmp_path: Path):
+    p = _score(VARIANTS / "fleet", VARIANTS / "truth.json", tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    print(p.stdout.splitlines()[-1])
+
+
+def _physical_lines(path: Path) -> int:
+    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def _corpus_roots() -> list[Path]:
+    roots = [p for p in (DATA / "releases", VARIANTS / "fleet", DATA.parent.parent / "examples") if p.is_dir()]
+    if (EXAMPLES / "fleet").is_dir():
+        roots.append(EXAMPLES / "fleet")
+    return roots
+
+
+@pytest.mark.parametrize("root", _corpus_roots(), ids=lambda p: p.name)
+def test_every_line_is_parsed_or_kept(root: Path):
+    with Store(":memory:") as st:
+        ingest_paths(st, [root], mode="fleet")
+        rows = st.query("SELECT abs_path, kind, lines, parsed_lines, unparsed_lines, status FROM sources")
+        assert rows
+        for r in rows:
+            if r["kind"] in ("binary", "unreadable") or str(r["status"]).startswith("duplicate"):
+                continue
+            assert r["lines"] == r["parsed_lines"] + r["unparsed_lines"], r
+            assert r["lines"] == _physical_lines(Path(r["abs_path"])), r
+            kept = st.scalar("SELECT count(*) FROM unparsed u JOIN sources s ON s.engine = u.engine AND s.path = u.path "
+                             "WHERE s.abs_path = ?", [r["abs_path"]])
+            assert kept == r["unparsed_lines"], r
