@@ -105,7 +105,9 @@ TABLES: dict[str, str] = {
         path VARCHAR,
         line BIGINT,
         process_title VARCHAR,
-        capture VARCHAR                 -- embedded (in a log) or standalone
+        capture VARCHAR,                -- embedded (in a log) or standalone
+        format VARCHAR,                 -- pyspy_text, pyspy_json, gdb, gdb_pybt, faulthandler, trace
+        garbled BOOLEAN                 -- interleaved output: only the certain frames were kept
     """,
     "frames": """
         dump_id VARCHAR,
@@ -114,7 +116,8 @@ TABLES: dict[str, str] = {
         function VARCHAR,
         file VARCHAR,
         line BIGINT,
-        native BOOLEAN
+        native BOOLEAN,
+        library VARCHAR                 -- shared object of a native frame, when printed
     """,
     "leak_reports": """
         engine VARCHAR,
