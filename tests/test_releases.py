@@ -101,8 +101,18 @@ def test_http_requests(release: tuple[str, Store, dict[str, Any]]) -> None:
 
 def test_events(release: tuple[str, Store, dict[str, Any]]) -> None:
     _, store, expected = release
-    got = _rows(store, f"SELECT {', '.join(EVENT_COLUMNS)} FROM events")
+    got = _rows(store, f"SELECT {', '.join(EVENT_COLUMNS)}, attrs FROM events")
     _check_rows("events", got, expected["events"], EVENT_COLUMNS)
+    # kind-specific attributes the rules read (watchdog timeout/soft/who, server_args, ...): the listed keys only
+    problems = []
+    for w in expected["events"]:
+        if "attrs" not in w:
+            continue
+        attrs = json.loads(got[w["line"]]["attrs"] or "{}")
+        for key, value in w["attrs"].items():
+            if key not in attrs or attrs[key] != value:
+                problems.append(f"events line {w['line']} attrs.{key}: got {attrs.get(key, '<absent>')!r}, want {value!r}")
+    assert not problems, "\n".join(problems)
 
 
 def test_leak_reports(release: tuple[str, Store, dict[str, Any]]) -> None:

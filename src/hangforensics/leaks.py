@@ -70,6 +70,8 @@ def leak_from_record(kind: str, lines: list[str]) -> dict[str, Any] | None:
             context = "idle"
     else:  # mem_leak_warning: the non-strict idle check logs instead of raising
         context = "idle"
+    # The form is read from the check's own lines, not from traceback paths (swa_radix_cache.py, ...).
+    text = "\n".join(s for s in lines if not s.startswith(("  File ", "    ")))
     if "[full] total=" in text or "pool memory leak" in text:
         form = "pool"
     elif leaked or "mamba" in text:

@@ -66,7 +66,7 @@ MESSAGE_KINDS: list[tuple[str, str]] = [
     ("kv_retract", r"^(?:KV cache pool is full\. Retract requests|Decode out of memory happened)"),
     ("symm_mem", r"(?:[Ss]ymmetric memory|symm_mem|SymmMem)"),
     ("scheduler_ready", r"^max_total_num_tokens=\d+"),
-    ("startup", r"^(?:Init torch distributed|Load weight (?:begin|end)|Capture .*graph (?:begin|end)|Memory pool end|KV Cache is allocated|Mamba Cache is allocated|Uvicorn running)"),
+    ("startup", r"^(?:Init torch distributed|Load weight (?:begin|end)|Capture .*graph (?:begin|end)|Memory pool end|KV Cache is allocated|Mamba Cache is allocated|(?:INFO:\s+)?Uvicorn running)"),
     ("pd_transfer_failed", r"^(?:Prefill|Decode) transfer failed|timed out after .* in KVPoll\."),
     ("client_disconnected", r"Request is disconnected from the client side"),
 ]
@@ -198,7 +198,6 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
     df = classify(lines, ctx.compose)
     df = df.with_columns((pl.col("i").cast(pl.Int64) + first_line).alias("line"))
     out = Parsed(lines=len(lines))
-    base = {"engine": ctx.engine}
 
     # Record extents: last line of each record (its continuation lines).
     ext = (
@@ -318,6 +317,9 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
                     extra_unparsed.append({"engine": ctx.engine, "path": ctx.path,
                                            "line": line + 1 + off, "text": cont[off]})
                 attrs["threads"] = sum(len(p.threads) for p in dump.processes)
+                # 0.5.10 runs --native without saying so in the header: the frames tell
+                attrs["native"] = attrs["native"] or any(fr.native for p in dump.processes
+                                                         for th in p.threads for fr in th.frames)
             if kind in ("watchdog_debug_info", "watchdog_batch_info", "scheduler_exception",
                         "mem_leak_warning", "mem_leak_busy"):
                 text_lines = [msg, *cont]

@@ -80,8 +80,7 @@ TABLES: dict[str, str] = {
         input_throughput DOUBLE,
         graph BOOLEAN,                  -- cuda/cpu/npu/musa graph
         accept_len DOUBLE,
-        pending_req BIGINT,             -- PD queues: prealloc + transfer + inflight + bootstrap (+ older names)
-        fields JSON                     -- every key/value of the line, verbatim keys
+        pending_req BIGINT              -- PD queues: prealloc + transfer + inflight + bootstrap (+ older names)
     """,
     "http_requests": """
         engine VARCHAR,
