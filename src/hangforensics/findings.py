@@ -7,7 +7,7 @@ from typing import Any
 
 import duckdb
 
-from . import __version__, analysis
+from . import __version__, analysis, signatures, stackclasses
 from .errors import RuleError
 from .rules import SEVERITY_RANK, Rule, load_rules
 from .sglang_log import rank_numbers
@@ -32,6 +32,8 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
         engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
     with store.transaction():
         analysis.rebuild(store, engines)
+        stackclasses.rebuild(store, engines)
+        signatures.rebuild(store, engines)
         found: list[dict[str, Any]] = []
         for rule in rules:
             try:

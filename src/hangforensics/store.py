@@ -177,6 +177,48 @@ TABLES: dict[str, str] = {
         line BIGINT,
         evidence STRUCT(file VARCHAR, line BIGINT)[]
     """,
+    "rank_classes": """
+        engine VARCHAR,
+        capture INTEGER,                -- dumps of one engine taken within 5 minutes of each other
+        class_id INTEGER,               -- node of the prefix tree of main-thread stacks (outermost first)
+        parent_id INTEGER,
+        depth INTEGER,
+        frame VARCHAR,
+        ranks VARCHAR[],                -- ranks whose stack passes through this node
+        label VARCHAR,                  -- compact rank set, e.g. TP0-2,5
+        is_leaf BOOLEAN,                -- a leaf is one equivalence class: ranks sharing the whole path
+        ts TIMESTAMP
+    """,
+    "rank_collectives": """
+        engine VARCHAR,
+        capture INTEGER,
+        rank VARCHAR,
+        ts TIMESTAMP,
+        collective VARCHAR,             -- innermost collective frame (all_reduce, broadcast, recv, ...), NULL if none
+        call_site VARCHAR,              -- first caller that is not a wrapper
+        thread_state VARCHAR,
+        dump_id VARCHAR,
+        path VARCHAR,
+        line BIGINT
+    """,
+    "desyncs": """
+        engine VARCHAR,
+        capture INTEGER,
+        ts TIMESTAMP,
+        odd_ranks VARCHAR[],            -- the minority: ranks in a different collective or call site
+        majority_ranks VARCHAR[],
+        detail VARCHAR,
+        evidence STRUCT(file VARCHAR, line BIGINT)[]
+    """,
+    "signature_matches": """
+        engine VARCHAR,
+        signature VARCHAR,
+        title VARCHAR,
+        ts TIMESTAMP,
+        ranks VARCHAR[],
+        detail VARCHAR,
+        evidence STRUCT(file VARCHAR, line BIGINT)[]
+    """,
     "freezes": """
         engine VARCHAR,
         segment INTEGER,
@@ -317,6 +359,10 @@ VIEW_NOTES = {
     "rank_stops": "Derived by analyze: per-rank evidence of when each rank stopped.",
     "stalls": "Derived by analyze: one row per run of the server that stalled.",
     "freezes": "Derived by analyze: how tightly the ranks of a stalled run froze.",
+    "rank_classes": "Derived by analyze: STAT-style prefix tree of each capture's main-thread stacks.",
+    "rank_collectives": "Derived by analyze: the collective and call site each rank waits in.",
+    "desyncs": "Derived by analyze: captures whose ranks wait in different collectives.",
+    "signature_matches": "Derived by analyze: catalogued hang signatures the evidence matches.",
 }
 
 

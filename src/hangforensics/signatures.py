@@ -1,0 +1,149 @@
+"""The known-signature catalogue: one TOML file per signature in ``rules/signatures/``.
+
+A signature says what it keys on in a ``[match]`` table; every key is optional
+and all given keys must hold:
+
+* ``frames``: regexes searched in the function names of each rank's main-thread
+  stack (names, never package paths: vendored and renamed packages are common);
+* ``min_fraction`` / ``max_fraction`` / ``min_ranks``: how many ranks of the
+  capture must match;
+* ``blocked``: the matching ranks are stuck, i.e. the engine stalled (stalls
+  table) or the matching thread is idle in the dump (a healthy busy dump that
+  merely passes through the frame is not the hang);
+* ``others_in_collective``: the ranks that do not match wait in a collective;
+* ``with_desync``: the capture's ranks wait in different collectives (desyncs);
+* ``log``: regexes on event messages (``log_kinds`` restricts the event kinds);
+  a log match alone is enough when no ``frames`` are given, and is supporting
+  evidence otherwise.
+
+Adding a signature is adding a file.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import RuleError
+from .rules import rules_dir
+from .stackclasses import captures, compact_ranks, main_stacks
+from .store import Store
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    title: str
+    description: str
+    evidence: str
+    remediation: str
+    references: tuple[str, ...]
+    false_positives: tuple[str, ...]
+    match: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def load_signatures(directory: Path | None = None) -> list[Signature]:
+    d = directory or (rules_dir() / "signatures")
+    out = []
+    for p in sorted(d.glob("*.toml")):
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise RuleError(f"signatures/{p.name}: {e}") from e
+        for k in ("id", "title", "description", "evidence", "remediation", "match"):
+            if k not in data:
+                raise RuleError(f"signatures/{p.name}: missing {k}")
+        if data["id"] != p.stem:
+            raise RuleError(f"signatures/{p.name}: file name must be the signature id")
+        m = data["match"]
+        for key in ("frames", "log"):
+            for rx in m.get(key, []):
+                try:
+                    re.compile(rx)
+                except re.error as e:
+                    raise RuleError(f"signatures/{p.name}: bad regex {rx!r}: {e}") from e
+        out.append(Signature(
+            id=data["id"], title=data["title"], description=" ".join(data["description"].split()),
+            evidence=" ".join(data["evidence"].split()), remediation=" ".join(data["remediation"].split()),
+            references=tuple(data.get("references", [])), false_positives=tuple(data.get("false_positives", [])),
+            match=m, path=p))
+    return out
+
+
+def _frame_hits(frames: list[dict], patterns: list[re.Pattern]) -> list[str]:
+    return [f["function"] for f in frames if any(p.search(f["function"]) for p in patterns)]
+
+
+def evaluate(store: Store, engine: str, sig: Signature) -> list[dict[str, Any]]:
+    m = sig.match
+    stalled = bool(store.scalar("SELECT count(*) FROM stalls WHERE engine = ?", [engine]))
+    log_rows: list[dict] = []
+    if m.get("log"):
+        kinds = m.get("log_kinds")
+        rx = "|".join(f"(?:{x})" for x in m["log"])
+        log_rows = store.query(
+            "SELECT ts, rank, path, line, message FROM events WHERE engine = ? AND regexp_matches(message, ?)"
+            + (" AND list_contains(?, kind)" if kinds else "") + " ORDER BY ts, line",
+            [engine, rx, kinds] if kinds else [engine, rx])
+    out: list[dict[str, Any]] = []
+    if not m.get("frames"):
+        if log_rows:
+            ranks = sorted({r["rank"] for r in log_rows if r["rank"] and not r["rank"].startswith("rank")})
+            out.append(_row(engine, sig, log_rows[0]["ts"], ranks,
+                            f"{len(log_rows)} log line(s) match: {log_rows[0]['message'][:300]}",
+                            [{"file": r["path"], "line": r["line"]} for r in log_rows[:8]]))
+        return out
+    patterns = [re.compile(x) for x in m["frames"]]
+    desync_caps = {r["capture"] for r in store.query("SELECT capture FROM desyncs WHERE engine = ?", [engine])}
+    colls = {(r["capture"], r["rank"]): r for r in store.query(
+        "SELECT capture, rank, collective FROM rank_collectives WHERE engine = ?", [engine])}
+    for ci, cap in enumerate(captures(main_stacks(store, engine))):
+        hits = {s.rank: _frame_hits(s.frames, patterns) for s in cap}
+        matched = [s for s in cap if hits[s.rank]]
+        if m.get("blocked"):
+            matched = [s for s in matched if stalled or s.state == "idle"]
+        n, total = len(matched), len(cap)
+        if n < m.get("min_ranks", 1) or not total:
+            continue
+        if n / total < m.get("min_fraction", 0.0) or n / total > m.get("max_fraction", 1.0):
+            continue
+        others = [s for s in cap if s not in matched]
+        if m.get("others_in_collective") and (not others or not all(
+                colls.get((ci, s.rank), {}).get("collective") for s in others)):
+            continue
+        if m.get("with_desync") and ci not in desync_caps:
+            continue
+        ranks = [s.rank for s in matched]
+        frames = sorted({f for s in matched for f in hits[s.rank]})
+        detail = (f"{compact_ranks(ranks)} ({n} of {total} ranks in this capture) show "
+                  f"{', '.join(frames[:4])} on the main thread")
+        if others and m.get("others_in_collective"):
+            detail += f", while {compact_ranks([s.rank for s in others])} wait in a collective for them"
+        if log_rows:
+            detail += f"; the log agrees: {log_rows[0]['message'][:200]}"
+        detail += f". {sig.description} Remediation: {sig.remediation}"
+        ts = max((s.ts for s in matched if s.ts), default=None)
+        ev = [{"file": s.path, "line": s.line} for s in matched[:8]]
+        ev += [{"file": r["path"], "line": r["line"]} for r in log_rows[:2]]
+        out.append(_row(engine, sig, ts, ranks, detail, ev))
+    if not out and log_rows and m.get("log_alone", False):
+        out.append(_row(engine, sig, log_rows[0]["ts"], [], f"log: {log_rows[0]['message'][:300]}",
+                        [{"file": r["path"], "line": r["line"]} for r in log_rows[:8]]))
+    return out[-1:] if m.get("latest_only", True) else out
+
+
+def _row(engine: str, sig: Signature, ts, ranks: list[str], detail: str, evidence: list[dict]) -> dict[str, Any]:
+    return {"engine": engine, "signature": sig.id, "title": sig.title, "ts": ts, "ranks": ranks,
+            "detail": detail, "evidence": evidence}
+
+
+def rebuild(store: Store, engines: list[str]) -> None:
+    sigs = load_signatures()
+    for e in engines:
+        store.con.execute("DELETE FROM signature_matches WHERE engine = ?", [e])
+        rows = [r for sig in sigs for r in evaluate(store, e, sig)]
+        store.append("signature_matches", rows)
