@@ -1,13 +1,22 @@
-"""py-spy text dumps (plain, --native, --locals, --subprocesses), standalone or embedded in a log.
+"""py-spy dumps: text (plain, --native, --locals, --subprocesses) and ``--json``.
 
-Grammar: ../shared/formats/README.md ("py-spy text grammar").  A dump is a list
-of process blocks; each block has threads; each thread has frames, innermost
-first.  ``--locals`` adds indented Arguments/Locals groups under a frame, which
-are consumed (they belong to the frame) but not stored.
+Grammar: ../shared/formats/README.md ("py-spy text grammar", "--json").  A dump
+is a list of process blocks; each block has threads; each thread has frames,
+innermost first.  ``--locals`` adds indented Arguments/Locals groups under a
+frame (JSON: a ``locals`` array), which are consumed (they belong to the frame)
+but not stored.
+
+The :class:`Dump` structure defined here is shared by every stack-dump parser
+(gdb, faulthandler, numbered native traces): each returns processes -> threads
+-> frames plus the offsets of the lines it consumed and of those it could not
+place.
 """
 
 from __future__ import annotations
 
+import bisect
+import json
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -29,18 +38,21 @@ PYSPY_START_RE = re.compile(r"^(Process \d+: |Thread (\d+|0x[0-9A-Fa-f]+) \((idl
 @dataclass
 class Frame:
     function: str
-    file: str
+    file: str | None
     line: int | None
     native: bool
+    library: str | None = None     # shared object of a native frame, when printed
 
 
 @dataclass
 class Thread:
     thread_id: str
-    state: str
+    state: str | None
     name: str | None
     line: int                      # line number of the thread header
     frames: list[Frame] = field(default_factory=list)
+    garbled: bool = False          # interleaved output: only the frames parsed with certainty are kept
+    format: str | None = None      # overrides Dump.format (gdb files mixing bt and py-bt)
 
 
 @dataclass
@@ -58,6 +70,11 @@ class Dump:
     processes: list[Process]
     consumed: set[int]             # offsets (into the given lines) that belong to the dump
     unmatched: list[int]           # offsets that looked like neither grammar nor blank
+    format: str = "pyspy_text"     # stacks.format: pyspy_text, pyspy_json, gdb, gdb_pybt, faulthandler, trace
+
+    @property
+    def threads(self) -> list[Thread]:
+        return [t for p in self.processes for t in p.threads]
 
 
 def rank_from_title(title: str) -> str | None:
@@ -90,8 +107,10 @@ def parse_dump(lines: list[str], first_line: int = 1) -> Dump:
         m = FRAME_RE.match(text)
         if m and thread is not None:
             ln = m.group("line")
+            native = _is_native(m.group("file"), ln)
             thread.frames.append(
-                Frame(m.group("name"), m.group("file"), int(ln) if ln else None, _is_native(m.group("file"), ln))
+                Frame(m.group("name"), m.group("file"), int(ln) if ln else None, native,
+                      m.group("file") if native and ln is None else None)
             )
             consumed.add(i)
             continue
@@ -135,3 +154,119 @@ def looks_like_pyspy(head: list[str]) -> bool:
         if PROCESS_RE.match(t) or THREAD_RE.match(t):
             return True
     return False
+
+
+# -- --json -------------------------------------------------------------------------------------------
+
+JSON_START_RE = re.compile(r"^\s*\[\s*(?:\{|\]|$)")
+
+
+def looks_like_json(head: str) -> bool:
+    """A py-spy ``--json`` dump: a JSON array whose objects carry py-spy's thread keys."""
+    return bool(JSON_START_RE.match(head)) and '"frames"' in head and (
+        '"os_thread_id"' in head or '"thread_id"' in head)
+
+
+def _json_state(t: dict) -> str | None:
+    if "active" not in t:
+        return None
+    if not t.get("active"):
+        return "idle"
+    return "active+gil" if t.get("owns_gil") else "active"
+
+
+def _json_frame(f: dict) -> Frame:
+    module = f.get("module")
+    native = module is not None
+    line = f.get("line")
+    if not isinstance(line, int) or (native and line == 0):
+        line = None
+    file = f.get("short_filename") or f.get("filename")
+    return Frame(str(f.get("name", "")), file, line, native, os.path.basename(module) if native else None)
+
+
+def _json_thread(t: object) -> Thread | None:
+    if not isinstance(t, dict) or not isinstance(t.get("frames"), list):
+        return None
+    tid = t.get("os_thread_id")
+    if tid is None:
+        tid = hex(t["thread_id"]) if isinstance(t.get("thread_id"), int) else t.get("thread_id")
+    if tid is None:
+        return None
+    frames = [_json_frame(f) for f in t["frames"] if isinstance(f, dict)]
+    name = t.get("thread_name")
+    return Thread(str(tid), _json_state(t), str(name) if name is not None else None, 0, frames)
+
+
+def parse_json(lines: list[str], first_line: int = 1) -> Dump:
+    """Parse ``py-spy dump --json`` output (one or more top-level arrays of thread objects).
+
+    JSON lists threads newest first; they are put back in the text order (MainThread first, then
+    by creation), so a text dump and its JSON twin line up.  Threads are grouped into processes by
+    ``pid`` (one process block per pid and array).  A truncated file keeps every complete thread
+    object; the lines after the last complete one are reported as unmatched.
+    """
+    text = "\n".join(lines)
+    starts = [0]
+    for s in lines[:-1]:
+        starts.append(starts[-1] + len(s) + 1)
+
+    def line_of(pos: int) -> int:                 # offset into ``lines`` of text position ``pos``
+        return bisect.bisect_right(starts, pos) - 1
+
+    dec = json.JSONDecoder()
+    ws = re.compile(r"\s*")
+    processes: list[Process] = []
+    spans: list[tuple[int, int]] = []            # text ranges that were parsed with certainty
+    pos = ws.match(text, 0).end()
+    while pos < len(text) and text[pos] == "[":
+        arr_start = pos
+        pos = ws.match(text, pos + 1).end()
+        items: list[tuple[int, dict, Thread]] = []
+        closed = False
+        last_end = arr_start + 1
+        while pos < len(text):
+            if text[pos] == "]":
+                pos += 1
+                closed = True
+                break
+            try:
+                obj, end = dec.raw_decode(text, pos)
+            except json.JSONDecodeError:
+                break
+            th = _json_thread(obj)
+            if th is not None:
+                items.append((pos, obj, th))
+            # an element that is valid JSON but no thread object is consumed and ignored
+            last_end = end
+            pos = ws.match(text, end).end()
+            if pos < len(text) and text[pos] == ",":
+                last_end = pos + 1
+                pos = ws.match(text, pos + 1).end()
+            elif pos < len(text) and text[pos] != "]":
+                break
+        spans.append((arr_start, pos if closed else last_end))
+        by_pid: dict[object, Process] = {}
+        for start, obj, th in reversed(items):
+            th.line = first_line + line_of(start)
+            pid = obj.get("pid")
+            if pid not in by_pid:
+                by_pid[pid] = Process(pid=pid if isinstance(pid, int) else None, title="",
+                                      line=first_line + line_of(arr_start))
+                processes.append(by_pid[pid])
+            by_pid[pid].threads.append(th)
+        if not closed:
+            break
+        pos = ws.match(text, pos).end()
+    tail = spans[-1][1] if spans else 0
+    consumed: set[int] = set()
+    for a, b in spans:
+        consumed.update(range(line_of(a), line_of(max(b - 1, a)) + 1))
+    if text[tail:].strip():
+        # a truncated or foreign tail: a line that holds both the end of a parsed item and the
+        # start of the broken rest is not certain either
+        consumed.discard(line_of(tail))
+        consumed.difference_update(range(line_of(tail), len(lines)))
+    consumed.update(i for i, s in enumerate(lines) if not s.strip())
+    unmatched = [i for i in range(len(lines)) if i not in consumed]
+    return Dump(processes, consumed, unmatched, format="pyspy_json")

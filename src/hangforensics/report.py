@@ -187,6 +187,42 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
     return out
 
 
+def stack_tree(store: Store, engine: str) -> list[dict[str, Any]]:
+    """Per capture: the folded prefix tree (chains of single-child nodes merged) and the classes side by side."""
+    rows = store.query("SELECT * FROM rank_classes WHERE engine = ? ORDER BY capture, class_id", [engine])
+    out = []
+    for cap in sorted({r["capture"] for r in rows}):
+        nodes = {r["class_id"]: dict(r, children=[]) for r in rows if r["capture"] == cap}
+        roots = []
+        for n in nodes.values():
+            (nodes[n["parent_id"]]["children"] if n["parent_id"] is not None else roots).append(n)
+
+        def fold(n: dict) -> dict:
+            chain = [n["frame"]]
+            while len(n["children"]) == 1 and n["children"][0]["ranks"] == n["ranks"]:
+                n = n["children"][0]
+                chain.append(n["frame"])
+            return {"frames": chain, "label": n["label"], "ranks": n["ranks"], "n": len(n["ranks"]),
+                    "children": [fold(c) for c in sorted(n["children"], key=lambda c: -len(c["ranks"]))]}
+
+        tree = [fold(r) for r in roots]
+        leaves = [n for n in nodes.values() if n["is_leaf"]]
+        classes = []
+        for leaf in sorted(leaves, key=lambda n: (-len(n["ranks"]), n["label"])):
+            path = []
+            n = leaf
+            while n is not None:
+                path.append(n)
+                n = nodes.get(n["parent_id"]) if n["parent_id"] is not None else None
+            # innermost frames below the last node shared with any other class
+            distinct = [p["frame"] for p in path if len(p["ranks"]) == len(leaf["ranks"])]
+            classes.append({"label": leaf["label"], "ranks": leaf["ranks"], "frames": distinct[:10]})
+        ts = next((n["ts"] for n in nodes.values() if n["ts"]), None)
+        out.append({"capture": cap, "ts": ts, "tree": tree, "classes": classes,
+                    "n_ranks": sum(len(r["ranks"]) for r in roots)})
+    return out
+
+
 def render_report(store: Store, engines: list[str], found: list[dict[str, Any]], title_path: str = "") -> str:
     rules = {r.id: r for r in load_rules()}
     sections = []
@@ -221,6 +257,7 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
             "herrings": [i for i in items if i["rule"] == "busy-leak-report"],
             "critical": sum(1 for f in fs if f["severity"] == "critical"), "n_findings": len(fs),
             "config": [c["attrs"] for c in config if c["attrs"]],
+            "stacks": stack_tree(store, engine),
         })
     return _env().get_template("report.html.j2").render(
         sections=sections, title_path=title_path, version=__version__,

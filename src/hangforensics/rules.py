@@ -8,9 +8,10 @@ adding a file.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 from .errors import RuleError
 

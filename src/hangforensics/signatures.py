@@ -22,10 +22,11 @@ Adding a signature is adding a file.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from .errors import RuleError
 from .rules import rules_dir

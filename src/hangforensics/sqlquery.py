@@ -44,7 +44,7 @@ def run_query(db: Path, query: str, fmt: str = "table", out: Path | None = None)
     except duckdb.Error as e:
         raise DatabaseError(f"cannot open database {db}: {str(e).splitlines()[0]}") from e
     try:
-        df = pl.from_arrow(con.execute(query).to_arrow_table())
+        df = pl.from_arrow(con.sql(query).to_arrow_table())
     except duckdb.Error as e:
         raise QueryError(str(e).strip().splitlines()[0]) from e
     finally:

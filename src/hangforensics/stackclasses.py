@@ -210,8 +210,13 @@ def build(store: Store, engine: str) -> tuple[list[dict], list[dict], list[dict]
                                                         bool(PER_ITERATION_SITES.search(kv[0][1] or ""))))
         majority_key, majority = max(groups.items(), key=lambda kv: (len(kv[1]),
                                                                      bool(PER_ITERATION_SITES.search(kv[0][1] or ""))))
-        odd = [r for k, rs in ordered if k != majority_key for r in rs]
-        odd_sites = sorted({f"{k[0]} from {k[1]}" for k, rs in groups.items() if k != majority_key})
+        minority = [(k, rs) for k, rs in ordered if k != majority_key]
+        # Ranks waiting at the per-iteration sync point (recv_requests broadcast) are usually waiting *for*
+        # the odd rank's next iteration: name the other minority classes when there are any.
+        culprits = [(k, rs) for k, rs in minority if not PER_ITERATION_SITES.search(k[1] or "")] or minority
+        followers = [r["rank"] for k, rs in minority if (k, rs) not in culprits for r in rs]
+        odd = [r for _, rs in culprits for r in rs]
+        odd_sites = sorted({f"{k[0]} from {k[1]}" for k, _ in culprits})
         others = [r["rank"] for r in per_rank if not r["collective"]]
         desyncs.append({
             "engine": engine, "capture": ci, "ts": ts,
@@ -221,6 +226,8 @@ def build(store: Store, engine: str) -> tuple[list[dict], list[dict], list[dict]
                 f"{compact_ranks([r['rank'] for r in odd])} wait in {', '.join(odd_sites)} while "
                 f"{compact_ranks([r['rank'] for r in majority])} wait in {majority_key[0]} from "
                 f"{majority_key[1]}. Collectives have no recovery once ranks diverge: the group must be restarted."
+                + (f" {compact_ranks(followers)} wait at the per-iteration broadcast, for the odd ranks' next "
+                   f"iteration." if followers else "")
                 + (f" ({', '.join(others)} in no collective: not counted.)" if others else "")),
             "evidence": [{"file": r["path"], "line": r["line"]} for r in odd + majority[:2]],
         })
