@@ -10,7 +10,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import pyspy
+from . import faulthandler, gdb, native_trace, pyspy
+from .capture_errors import looks_like_capture_error
 from .errors import InputError
 from .logfile import head_text
 
@@ -47,22 +48,49 @@ def rotation_of(name: str) -> tuple[str, int]:
     return name, 0
 
 
+STACK_KINDS = ("pyspy_dump", "pyspy_json", "gdb_dump", "faulthandler_dump", "native_trace")
+
+
 def detect_kind(path: Path) -> str:
-    """server_log, pyspy_dump, binary or unknown, from the content alone."""
+    """The kind of an evidence file, from its content alone (its name carries no meaning).
+
+    server_log; stack dumps: pyspy_dump (py-spy text), pyspy_json, gdb_dump (gdb ``thread apply
+    all bt`` / ``py-bt``), faulthandler_dump, native_trace (numbered C++/gdb frames);
+    capture_error (py-spy/gdb failure output); binary, unreadable or unknown.
+    """
     try:
         head = head_text(path)
     except InputError:
         return "unreadable"
     if "\x00" in head[:8192]:
         return "binary"
-    lines = head.splitlines()
+    lines = [s.rstrip("\r") for s in head.splitlines()]
     first = [s for s in lines if s.strip()][:5]
-    if first and (pyspy.PROCESS_RE.match(first[0].strip("\r")) or pyspy.THREAD_RE.match(first[0].strip("\r"))):
+    if first and (pyspy.PROCESS_RE.match(first[0]) or pyspy.THREAD_RE.match(first[0])):
         return "pyspy_dump"
+    if pyspy.looks_like_json(head):
+        return "pyspy_json"
+    if looks_like_capture_error(lines[:200]):
+        return "capture_error"
+    if gdb.looks_like_gdb(lines, strong_only=True):
+        return "gdb_dump"
+    # A dump's own first line wins over a stray log line or two later in the file (a log that
+    # happens to start with a crash is still a log).
+    few_log_lines = len(LOG_SNIFF.findall(head, 0, len(head))) < 3
+    if few_log_lines and faulthandler.looks_like_faulthandler(lines, strong_only=True):
+        return "faulthandler_dump"
+    if few_log_lines and native_trace.looks_like_trace(lines, strong_only=True):
+        return "native_trace"
     if LOG_SNIFF.search(head):
         return "server_log"
     if pyspy.looks_like_pyspy(lines):
         return "pyspy_dump"
+    if gdb.looks_like_gdb(lines):
+        return "gdb_dump"
+    if faulthandler.looks_like_faulthandler(lines):
+        return "faulthandler_dump"
+    if native_trace.looks_like_trace(lines):
+        return "native_trace"
     return "unknown"
 
 

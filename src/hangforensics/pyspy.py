@@ -63,6 +63,7 @@ class Process:
     parent_pid: int | None = None
     line: int = 0
     threads: list[Thread] = field(default_factory=list)
+    rank: str | None = None        # a rank the dump states outside the title (torch's '[rank3]:' prefix)
 
 
 @dataclass
@@ -82,6 +83,23 @@ def rank_from_title(title: str) -> str | None:
     if "scheduler" not in title and not TITLE_RANK_RE.search(title):
         return None
     tags = TITLE_RANK_RE.findall(title.split("::", 1)[-1])
+    return " ".join(tags) if tags else None
+
+
+NAME_RANK_RE = re.compile(r"(?<![A-Za-z])(rank|dp|pp|tp|ep)[-_]?(\d+)(?!\d)", re.I)
+
+
+def rank_from_name(name: str) -> str | None:
+    """A rank spelled in a file or folder name: 'rank3' / 'tp3' -> 'TP3', 'dp1_tp3' -> 'DP1 TP3'.
+
+    A bare global rank ('rank3', torch's '[rank3]:') is read as the TP rank, which it is unless
+    the engine runs pipeline stages; None when the name spells no rank.
+    """
+    tags: list[str] = []
+    for kind, num in NAME_RANK_RE.findall(name):
+        tag = ("TP" if kind.lower() == "rank" else kind.upper()) + str(int(num))
+        if tag[:2] not in {t[:2] for t in tags}:
+            tags.append(tag)
     return " ".join(tags) if tags else None
 
 
@@ -265,8 +283,7 @@ def parse_json(lines: list[str], first_line: int = 1) -> Dump:
     if text[tail:].strip():
         # a truncated or foreign tail: a line that holds both the end of a parsed item and the
         # start of the broken rest is not certain either
-        consumed.discard(line_of(tail))
-        consumed.difference_update(range(line_of(tail), len(lines)))
+        consumed.difference_update(range(line_of(ws.match(text, tail).end()), len(lines)))
     consumed.update(i for i, s in enumerate(lines) if not s.strip())
     unmatched = [i for i in range(len(lines)) if i not in consumed]
     return Dump(processes, consumed, unmatched, format="pyspy_json")

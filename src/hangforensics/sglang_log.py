@@ -207,9 +207,12 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
     starts = df.filter(pl.col("start")).join(ext, on="rec", how="left")
 
     # Year context for envelopes without a year (glog, vLLM): the nearest SGLang timestamp.
-    year_hint = ctx.default_year if ctx.last_ts is None else ctx.last_ts.year
     ts_parsed = _ts_expr("ts")
     starts = starts.with_columns(ts_parsed.alias("ts_dt"))
+    # Nearest SGLang timestamp before each record (then after it), for envelopes printed without a year.
+    carried = ctx.last_ts or datetime(ctx.default_year, 1, 1)
+    starts = starts.with_columns(
+        pl.col("ts_dt").forward_fill().backward_fill().fill_null(carried).alias("ctx_ts"))
 
     # -- batches (vectorised) --------------------------------------------------
     b = starts.filter(pl.col("kind") == "batch").with_columns(
@@ -283,7 +286,7 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
             msg = rec["msg"] if rec["msg"] is not None else rec["body"]
             attrs: dict[str, Any] = {}
             if kind == "torch_nccl":
-                g = torch_nccl.parse_glog(rec["body"], year_hint)
+                g = torch_nccl.parse_glog(rec["body"], rec["ctx_ts"])
                 if g:
                     ts = g.pop("ts")
                     ts_by_line[line] = ts

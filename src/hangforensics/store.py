@@ -136,6 +136,16 @@ TABLES: dict[str, str] = {
         in_flight_batch_size BIGINT,    -- cur_batch.batch_size() printed beside it, when any
         message VARCHAR
     """,
+    "gpu_samples": """
+        engine VARCHAR,
+        path VARCHAR,
+        line BIGINT,
+        ts TIMESTAMP,
+        gpu_index INTEGER,
+        util_pct DOUBLE,
+        power_w DOUBLE,
+        mem_mib DOUBLE
+    """,
     "unparsed": """
         engine VARCHAR,
         path VARCHAR,
@@ -235,7 +245,39 @@ TABLES: dict[str, str] = {
 # Tables whose timestamps are stored as the file printed them: the interface view of
 # the same name adds the file's clock offset (sources.clock_offset_s), so evidence
 # from another node's clock lines up with the main log without rewriting rows.
-CLOCKED = {"events": "path", "batches": "path", "http_requests": "file", "stacks": "path", "leak_reports": "path"}
+CLOCKED = {"events": "path", "batches": "path", "http_requests": "file", "stacks": "path", "leak_reports": "path",
+           "gpu_samples": "path"}
+
+# Views over the tables, for questions SREs ask often.
+VIEWS = {
+    # GPU index -> local rank via base_gpu_id / gpu_id_step (server_args), labelled like the log prefix.
+    "gpu_rank_samples": """
+        SELECT g.*, 'TP' || CAST((g.gpu_index - COALESCE(a.base, 0)) // COALESCE(NULLIF(a.step, 0), 1) AS VARCHAR)
+               AS rank
+        FROM gpu_samples g LEFT JOIN (
+            SELECT engine, max(TRY_CAST(json_extract_string(attrs, '$.base_gpu_id') AS INTEGER)) AS base,
+                   max(TRY_CAST(json_extract_string(attrs, '$.gpu_id_step') AS INTEGER)) AS step
+            FROM events WHERE kind = 'server_args' GROUP BY engine) a ON a.engine = g.engine
+    """,
+    # torch ProcessGroupNCCL progress per rank and process group, compared within the group:
+    # ranks stuck on the same SeqNum agree; a rank behind the group's furthest, or absent, is the suspect.
+    "nccl_progress": """
+        WITH r AS (
+            SELECT engine, COALESCE(json_extract_string(attrs, '$.pg_guid'), json_extract_string(attrs, '$.pg_id'), '?') AS pg,
+                   TRY_CAST(json_extract_string(attrs, '$.global_rank') AS INTEGER) AS global_rank,
+                   max(TRY_CAST(json_extract_string(attrs, '$.last_enqueued') AS BIGINT)) AS last_enqueued,
+                   max(TRY_CAST(json_extract_string(attrs, '$.last_completed') AS BIGINT)) AS last_completed,
+                   max(TRY_CAST(json_extract_string(attrs, '$.seq') AS BIGINT)) AS timeout_seq,
+                   min(ts) AS first_report, count(*) AS lines
+            FROM events WHERE kind = 'torch_nccl' AND json_extract_string(attrs, '$.pg_rank') IS NOT NULL
+              AND json_extract_string(attrs, '$.pg_id') IS NOT NULL AND json_extract_string(attrs, '$.pg_id') <> '0'
+            GROUP BY ALL)
+        SELECT *, max(last_completed) OVER (PARTITION BY engine, pg) AS group_max_completed,
+               last_completed < max(last_completed) OVER (PARTITION BY engine, pg) AS behind,
+               count(*) OVER (PARTITION BY engine, pg) AS reporting_ranks
+        FROM r
+    """,
+}
 
 # Rank labels are compared by their numbers; these macros keep SQL short.
 MACROS = [
@@ -244,7 +286,7 @@ MACROS = [
 ]
 
 # Parsed tables appended by ingest, in load order.
-LOADED_TABLES = ("events", "batches", "http_requests", "stacks", "frames", "leak_reports", "unparsed")
+LOADED_TABLES = ("events", "batches", "http_requests", "stacks", "frames", "leak_reports", "gpu_samples", "unparsed")
 
 
 def physical(name: str) -> str:
@@ -261,6 +303,8 @@ def _ddl() -> list[str]:
             f"FROM t_{name} r LEFT JOIN (SELECT engine, path, max(clock_offset_s) AS offset_s FROM sources "
             f"GROUP BY ALL) o ON o.engine = r.engine AND o.path = r.{file_col}"
         )
+    for name, body in VIEWS.items():
+        stmts.append(f"CREATE OR REPLACE VIEW {name} AS {body}")
     return stmts
 
 
@@ -363,6 +407,7 @@ VIEW_NOTES = {
     "rank_collectives": "Derived by analyze: the collective and call site each rank waits in.",
     "desyncs": "Derived by analyze: captures whose ranks wait in different collectives.",
     "signature_matches": "Derived by analyze: catalogued hang signatures the evidence matches.",
+    "gpu_samples": "One row per nvidia-smi CSV sample (view gpu_rank_samples adds the rank).",
 }
 
 
@@ -390,6 +435,10 @@ def schema_markdown() -> str:
             col, _, typ = body.partition(" ")
             out.append(f"| `{col}` | {typ.strip()} | {note.strip()} |")
         out.append("")
+    out += ["## Convenience views", ""]
+    for name, body in VIEWS.items():
+        out += [f"### `{name}`", "", "```sql", "\n".join(x[8:] if x.startswith(" " * 8) else x
+                                                     for x in body.strip("\n").splitlines()), "```", ""]
     return "\n".join(out)
 
 

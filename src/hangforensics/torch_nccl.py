@@ -35,12 +35,18 @@ EVENTS = [
 ]
 
 
-def parse_glog(line: str, year: int) -> dict[str, Any] | None:
+def parse_glog(line: str, context: datetime) -> dict[str, Any] | None:
+    """Parse one glog line; ``context`` is the nearest dated log line (glog prints no year)."""
     m = GLOG_RE.match(line)
     if not m:
         return None
     md = m.group("md")
     month, day = int(md[:-2]), int(md[-2:])
+    year = context.year
+    if month - context.month > 6:        # December glog line beside a January log line
+        year -= 1
+    elif context.month - month > 6:
+        year += 1
     frac = (m.group("frac") + "000000")[:6]
     try:
         ts = datetime.strptime(f"{year:04d}-{month:02d}-{day:02d} {m.group('hms')}.{frac}", "%Y-%m-%d %H:%M:%S.%f")

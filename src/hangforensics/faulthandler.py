@@ -1,0 +1,175 @@
+"""Python faulthandler dumps (``faulthandler.enable()``, ``dump_traceback[_later]``, ``register``).
+
+Shape (CPython 3.8 to 3.14)::
+
+    Fatal Python error: Segmentation fault        # or 'Timeout (0:05:00)!' for dump_traceback_later
+    <empty line>
+    Thread 0x00007f2e4a7fc700 (most recent call first):
+      File "/usr/lib/python3.10/threading.py", line 324 in wait
+      <no Python frame>                           # a thread with no Python frame
+    <empty line>
+    Current thread 0x00007f2e5f2d1740 (most recent call first):
+      File "/srv/app.py", line 12 in main
+    <empty line>
+    Extension modules: numpy.core._multiarray_umath, ... (total: 12)
+
+``Stack (most recent call first):`` heads a dump of the current thread only; 3.14 adds a
+``Current thread's C stack trace`` block of ``Binary file "...", at sym+0x.. [0x..]`` lines.
+
+faulthandler writes with many small ``write()`` calls and no lock, so when several threads or
+processes dump into one stream at once their text interleaves *mid-line*.  This parser keeps a
+frame only when its whole line parses and the line follows its own thread header with no broken
+line in between.  A broken line (fragments of two dumps, a header fused onto a frame) is never
+split into guesses: it goes to ``unmatched``, every thread of the dump is marked ``garbled``, and
+the frames after it are attributed to no thread (they go to ``unmatched`` too) until the next
+intact thread header.  A header that appears complete at the end of a broken line does open its
+thread.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .pyspy import Dump, Frame, Process, Thread
+
+HEADER = r"(?P<cur>Current thread|Thread) (?P<tid>0x[0-9a-fA-F]+)(?: \[(?P<name>[^\]]*)\])? \(most recent call first\):"
+HEADER_RE = re.compile(rf"^{HEADER}$")
+HEADER_TAIL_RE = re.compile(rf"{HEADER}$")             # a header completing a broken line
+HEADER_ANY_RE = re.compile(HEADER)
+STACK_RE = re.compile(r"^Stack \(most recent call first\):$")
+C_STACK_RE = re.compile(r"^Current thread's C stack trace \(most recent call first\):$")
+FATAL_RE = re.compile(r"^Fatal Python error: (?P<msg>.*)$")
+TIMEOUT_RE = re.compile(r"^Timeout \((?P<t>\d+:\d\d:\d\d(?:\.\d+)?)\)!$")
+FRAME_RE = re.compile(r'^  File "(?P<file>[^"]*)", line (?P<line>\d+|\?\?\?) in (?P<name>[\w.<>$-]+)$')
+BINARY_RE = re.compile(r'^  Binary file "(?P<lib>[^"]*)"(?:, at (?P<sym>\S+?)(?:\+0x[0-9a-fA-F]+)?)? '
+                       r'\[(?P<addr>0x[0-9a-fA-F]+)\]$')
+NOTE_RES = [re.compile(p) for p in (
+    r"^  <no Python frame>$",
+    r"^  \.\.\.$",                                  # more than 100 frames: the rest is cut
+    r"^  <truncated rest of calls>$",
+    r"^  Garbage-collecting$",
+    r"^\.\.\.$",                                    # more than 100 threads
+    r"^<Cannot show all threads while the GIL is disabled>$",
+    r"^  <tstate is freed>$",
+    r"^Python runtime state: .*$",
+    r"^Extension modules: .*$",
+    r"^Current thread's C stack trace \(most recent call first\):$",
+    r"^  <cannot get C stack on this system>$",
+)]
+START_RES = [FATAL_RE, TIMEOUT_RE, HEADER_RE, STACK_RE]
+
+
+def looks_like_faulthandler(head: list[str], strong_only: bool = False) -> bool:
+    """A faulthandler dump: its first line is one of its headers, or (weaker) such headers with frames."""
+    first = [s for s in head if s.strip()][:1]
+    if first and any(r.match(first[0]) for r in START_RES):
+        return True
+    if strong_only:
+        return False
+    body = [s for s in head if s.strip()]
+    headers = sum(1 for s in body if HEADER_RE.match(s) or STACK_RE.match(s))
+    frames = sum(1 for s in body if FRAME_RE.match(s))
+    return headers >= 1 and frames >= 1 and headers + frames >= 0.2 * len(body)
+
+
+def _norm_tid(tid: str) -> str:
+    return hex(int(tid, 16))                        # '0x00007f2e5f2d1740' -> '0x7f2e5f2d1740' (gdb, py-spy json)
+
+
+def parse_faulthandler(lines: list[str], first_line: int = 1) -> Dump:
+    """Parse faulthandler output; ``first_line`` is the file line number of ``lines[0]``."""
+    processes: list[Process] = []
+    consumed: set[int] = set()
+    unmatched: list[int] = []
+    proc: Process | None = None
+    thread: Thread | None = None       # the thread that certain frames are attributed to
+    in_dump = False                    # between a dump's first header and its end
+    garbled = False
+    c_stack_of: Thread | None = None   # 3.14: the C stack block of the current thread
+
+    def start_process(lno: int, title: str = "") -> Process:
+        nonlocal proc
+        proc = Process(pid=None, title=title, line=lno)
+        processes.append(proc)
+        return proc
+
+    def open_thread(tid: str, current: bool, name: str | None, lno: int) -> Thread:
+        nonlocal proc
+        if proc is None or any(t.thread_id == tid for t in proc.threads):
+            start_process(lno)                      # a repeated thread id: the next dump of the same process
+        assert proc is not None
+        t = Thread(tid, "current" if current else None, name, lno, format="faulthandler")
+        proc.threads.append(t)
+        return t
+
+    for i, raw in enumerate(lines):
+        text = raw.rstrip("\r\n")
+        lno = first_line + i
+        if not text.strip():
+            consumed.add(i)
+            c_stack_of = None
+            continue
+        m = FRAME_RE.match(text)
+        if m:
+            if thread is None:
+                unmatched.append(i)                # a frame whose thread is not certain
+                continue
+            ln = m.group("line")
+            thread.frames.append(Frame(m.group("name"), m.group("file"), int(ln) if ln.isdigit() else None, False))
+            consumed.add(i)
+            continue
+        m = BINARY_RE.match(text)
+        if m and c_stack_of is not None:
+            lib = m.group("lib")
+            c_stack_of.frames.append(Frame(m.group("sym") or m.group("addr"), lib, None, True, lib.rsplit("/", 1)[-1]))
+            consumed.add(i)
+            continue
+        m = HEADER_RE.match(text)
+        if m:
+            thread = open_thread(_norm_tid(m.group("tid")), m.group("cur") == "Current thread", m.group("name"), lno)
+            in_dump = True
+            consumed.add(i)
+            continue
+        if STACK_RE.match(text):
+            thread = open_thread("current", True, None, lno)
+            in_dump = True
+            consumed.add(i)
+            continue
+        m = FATAL_RE.match(text) or TIMEOUT_RE.match(text)
+        if m:
+            start_process(lno, text)
+            thread = None
+            in_dump = True
+            consumed.add(i)
+            continue
+        if C_STACK_RE.match(text):
+            cur = next((t for t in reversed(proc.threads) if t.state == "current"), None) if proc else None
+            if cur is not None:
+                # its own stack row: a C stack cannot be interleaved with the Python frames' order
+                c_stack_of = Thread(f"{cur.thread_id}:c", "current", "C stack", lno, format="faulthandler")
+                proc.threads.append(c_stack_of)
+            thread = None
+            consumed.add(i)
+            continue
+        if any(r.match(text) for r in NOTE_RES):
+            consumed.add(i)
+            if text.startswith("Extension modules:"):
+                in_dump = False                     # the last line of a fatal-error dump
+                thread = None
+            continue
+        # Anything else inside a dump is a broken line: fragments of dumps written at the same time.
+        unmatched.append(i)
+        if in_dump or HEADER_ANY_RE.search(text) or 'File "' in text:
+            garbled = True
+            thread = None
+            m = HEADER_TAIL_RE.search(text)
+            if m:
+                # the header itself is intact (it ends the line), so its thread is certain
+                thread = open_thread(_norm_tid(m.group("tid")), m.group("cur") == "Current thread",
+                                     m.group("name"), lno)
+                in_dump = True
+    if garbled:
+        for p in processes:
+            for t in p.threads:
+                t.garbled = True
+    return Dump(processes, consumed, unmatched, format="faulthandler")

@@ -1,0 +1,277 @@
+"""gdb captures: ``thread apply all bt`` (native frames) and ``py-bt`` / ``thread apply all py-bt``.
+
+Grammar: ../shared/formats/README.md ("gdb `thread apply all bt` grammar").  gdb prints a
+preamble on attach (``[New LWP n]``, libthread_db lines, the selected thread's frame 0, a
+"No such file or directory" source line, the auto-load warning with its help text), then one
+block per thread from the highest gdb number down to ``Thread 1``::
+
+    Thread 14 (Thread 0x7f8153fff6c0 (LWP 6114) "pt_gloo_runloop"):
+    #0  __futex_abstimed_wait_common64 (private=0, ...) at ./nptl/futex-internal.c:57
+    #5  0x00007f81708a741d in std::condition_variable::wait(...) () from /lib/.../libstdc++.so.6
+
+and ``[Inferior 1 (process P) detached]`` when it lets go.  Frame lines are parsed from the
+right: an optional `` from <lib>`` or `` at <src>:<line>`` suffix, then the last balanced
+``( ... )`` group (the arguments), then the function.  ``py-bt`` prints a
+``Traceback (most recent call first):`` block of ``File "...", line n, in name`` frames for the
+selected thread (thread 1, whose LWP is the pid) or, with ``thread apply all py-bt``, under each
+thread header.
+
+The result is a :class:`pyspy.Dump`: one process (a new block when a thread shows up twice,
+e.g. ``thread apply all bt`` followed by ``thread apply all py-bt``), threads named by their
+kernel ``comm``, ``thread_id`` = LWP (py-spy's tid), every frame ``native`` with ``library`` =
+the basename of the ``from`` path; py-bt frames are Python frames (format ``gdb_pybt``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .pyspy import Dump, Frame, Process, Thread
+
+THREAD_RE = re.compile(
+    r'^Thread (?P<n>\d+) \((?:Thread (?P<ptid>0x[0-9a-fA-F]+) \(LWP (?P<lwp>\d+)\)|LWP (?P<lwp2>\d+)'
+    r'|process (?P<proc>\d+)|Thread (?P<ptid2>0x[0-9a-fA-F]+))(?: "(?P<comm>.*)")?\):$'
+)
+FRAME_RE = re.compile(r"^#(?P<n>\d+) +(?:(?P<addr>0x[0-9a-fA-F]+) in )?(?P<rest>\S.*)$")
+INFERIOR_RE = re.compile(r"^\[Inferior \d+ \(process (\d+)\) detached\]$")
+ATTACH_RE = re.compile(r"^Attaching to (?:process|program: .*, process) (\d+)$")
+TRACEBACK_RE = re.compile(r"^Traceback \(most recent call first\):$")
+PY_FRAME_RE = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+), in (?P<name>\S+)$')
+PY_SOURCE_RE = re.compile(r"^    \S.*$|^    $")
+PY_BUILTIN_RE = re.compile(r"^  <(?P<what>built-in method|built-in function|method-wrapper|wrapper_descriptor)"
+                           r" (?P<name>[^\s>]+)(?: of .*)?>$")
+PY_NOTE_RE = re.compile(r"^  (?:Waiting for the GIL|Garbage-collecting|\(unable to read python frame information\))$")
+PY_OPTIMIZED_RE = re.compile(r"^  \(frame information optimized out\)$")
+
+# Lines gdb prints around the backtraces that carry no frame: consumed, not stored.
+NOISE_RES = [re.compile(p) for p in (
+    r"^\[New LWP \d+\]$",
+    r"^\[New Thread 0x[0-9a-fA-F]+ \(LWP \d+\)\]$",
+    r"^\[Thread debugging using libthread_db enabled\]$",
+    r'^Using host libthread_db library ".*"\.?$',
+    r"^\[Detaching after v?fork from (?:child|parent) process \d+\]$",
+    r"^\d+\t.*$",                                   # source line, or '57\t./nptl/x.c: No such file or directory.'
+    r"^\d+\s+in\s+\S+$",                            # '57\tin ./nptl/futex-internal.c' (older gdb)
+    r"^warning: .*$",
+    r"^To enable execution of this file add$",
+    r"^\tadd-auto-load-safe-path .*$",
+    r'^line to your configuration file ".*"\.$',
+    r"^To completely disable this security protection add$",
+    r"^\tset auto-load safe-path /$",
+    r"^For more information about this security protection see the$",
+    r'^"Auto-loading safe path" section in the GDB manual\.  E\.g\., run from the shell:$',
+    r'^\tinfo "\(gdb\)Auto-loading safe path"$',
+    r"^Reading symbols from .*$",
+    r"^Downloading separate debug info for .*$",
+    r"^Backtrace stopped: .*$",
+    r"^\(More stack frames follow\.\.\.\)$",
+    r"^No stack\.$",
+    r"^Unable to locate python frame$",
+    r"^--Type <RET> for more, q to quit, c to continue without paging--$",
+)]
+GDB_START_RES = [re.compile(p) for p in (
+    r"^\[New (?:LWP \d+|Thread 0x[0-9a-fA-F]+ \(LWP \d+\))\]$",
+    r"^\[Thread debugging using libthread_db enabled\]$",
+    r"^Using host libthread_db library ",
+    r"^Attaching to (?:process|program: .*, process) \d+$",
+    TRACEBACK_RE.pattern,
+    THREAD_RE.pattern,
+)]
+
+
+def looks_like_gdb(head: list[str], strong_only: bool = False) -> bool:
+    """gdb output: its attach preamble at the top, or (weaker) thread headers with ``#N`` frames."""
+    first = [s for s in head if s.strip()][:3]
+    if first and any(r.match(first[0]) for r in GDB_START_RES):
+        return True
+    if strong_only:
+        return False
+    body = [s for s in head if s.strip()]
+    threads = sum(1 for s in body if THREAD_RE.match(s))
+    frames = sum(1 for s in body if FRAME_RE.match(s) or PY_FRAME_RE.match(s))
+    tracebacks = sum(1 for s in body if TRACEBACK_RE.match(s))
+    return (threads + tracebacks) >= 1 and frames >= 1 and frames >= 0.2 * len(body)
+
+
+def split_args(rest: str) -> tuple[str, str | None, str | None, int | None, str | None]:
+    """Parse a frame's text after ``#N  0xADDR in`` from the right.
+
+    Returns (function, args, source file, source line, library path); args is None when the
+    line has no balanced argument group (then the whole head is the function).
+    """
+    src = lib = None
+    sline: int | None = None
+    head = rest
+    m = re.match(r"^(?P<head>.*\)) from (?P<lib>\S.*)$", rest)
+    if m:
+        head, lib = m.group("head"), m.group("lib")
+    else:
+        m = re.match(r"^(?P<head>.*\)) at (?P<src>\S.*):(?P<line>\d+)$", rest)
+        if m:
+            head, src, sline = m.group("head"), m.group("src"), int(m.group("line"))
+    start = _last_group_start(head)
+    if start is None:
+        return head.strip(), None, src, sline, lib
+    return head[:start].rstrip(), head[start + 1:-1], src, sline, lib
+
+
+def _last_group_start(head: str) -> int | None:
+    """Index of the '(' that opens the final balanced group ending at ``head[-1]``, quote-aware."""
+    if not head.endswith(")"):
+        return None
+    depth = 0
+    start: int | None = None
+    quote: str | None = None
+    i = 0
+    while i < len(head):
+        c = head[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif c == '"' and depth > 0:
+            quote = c
+        elif c == "(":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth < 0:
+                return None
+        i += 1
+    if depth != 0 or quote or start is None or start == 0:
+        return None
+    return start
+
+
+def gdb_frame(addr: str | None, rest: str) -> Frame:
+    """A native frame from a gdb backtrace line (the part after ``#N``)."""
+    func, _args, src, sline, lib = split_args(rest)
+    if func in ("??", "") and addr:
+        func = addr                                 # unresolved: named by its address, as py-spy does
+    if lib is not None:
+        return Frame(func or "??", lib, None, True, os.path.basename(lib))
+    return Frame(func or "??", src, sline, True, None)
+
+
+def is_frame_body(text: str) -> bool:
+    """A gdb frame without its ``#N`` (the selected thread's frame 0 echoed on attach)."""
+    m = re.match(r"^(?:0x[0-9a-fA-F]+ in )?(?P<rest>\S.*)$", text)
+    if not m:
+        return False
+    func, args, _src, _sline, _lib = split_args(m.group("rest"))
+    return args is not None and bool(func) and " " not in func.split("(")[0].strip()
+
+
+def parse_gdb(lines: list[str], first_line: int = 1) -> Dump:
+    """Parse gdb ``thread apply all bt`` / ``py-bt`` output; ``first_line`` numbers ``lines[0]``."""
+    processes: list[Process] = []
+    consumed: set[int] = set()
+    unmatched: list[int] = []
+    proc: Process | None = None
+    thread: Thread | None = None
+    pid: int | None = None
+    pybt = False                       # inside a Traceback block
+    last_py_frame = False              # the previous line was a py-bt File line (its source may follow)
+    seen_stack = False                 # the preamble ends at the first thread header, frame or traceback
+    unnamed: list[Thread] = []         # bt / py-bt of the selected thread, printed without a header
+
+    def selected_thread(lno: int, fmt: str) -> Thread:
+        nonlocal proc
+        if proc is None or proc.threads:
+            proc = Process(pid=None, title="", line=lno)
+            processes.append(proc)
+        t = Thread("", None, None, lno, format=fmt)
+        proc.threads.append(t)
+        unnamed.append(t)
+        return t
+
+    for i, raw in enumerate(lines):
+        text = raw.rstrip("\r\n")
+        lno = first_line + i
+        if not text.strip():
+            consumed.add(i)
+            last_py_frame = False
+            continue
+        m = THREAD_RE.match(text)
+        if m:
+            lwp = m.group("lwp") or m.group("lwp2") or m.group("proc")
+            tid = lwp or m.group("ptid") or m.group("ptid2")
+            if proc is None or any(t.thread_id == tid for t in proc.threads) or any(t in unnamed for t in proc.threads):
+                proc = Process(pid=None, title="", line=lno)
+                processes.append(proc)
+            thread = Thread(tid, None, m.group("comm"), lno, format="gdb")
+            proc.threads.append(thread)
+            if m.group("n") == "1" and lwp and pid is None:
+                pid = int(lwp)
+            consumed.add(i)
+            pybt = last_py_frame = False
+            seen_stack = True
+            continue
+        m = FRAME_RE.match(text)
+        if m:
+            if thread is None or pybt or thread.format == "gdb_pybt":
+                thread = selected_thread(lno, "gdb")
+            pybt = False
+            thread.frames.append(gdb_frame(m.group("addr"), m.group("rest")))
+            consumed.add(i)
+            seen_stack = True
+            continue
+        if TRACEBACK_RE.match(text):
+            if thread is not None and thread not in unnamed and not thread.frames and thread.format == "gdb":
+                thread.format = "gdb_pybt"        # 'thread apply all py-bt': the header came first
+            else:
+                thread = selected_thread(lno, "gdb_pybt")
+            pybt = True
+            seen_stack = True
+            consumed.add(i)
+            continue
+        if pybt and thread is not None:
+            m = PY_FRAME_RE.match(text)
+            if m:
+                thread.frames.append(Frame(m.group("name"), m.group("file"), int(m.group("line")), False))
+                consumed.add(i)
+                last_py_frame = True
+                continue
+            if last_py_frame and PY_SOURCE_RE.match(text):
+                consumed.add(i)
+                last_py_frame = False
+                continue
+            m = PY_BUILTIN_RE.match(text)
+            if m:
+                thread.frames.append(Frame(m.group("name"), None, None, True))
+                consumed.add(i)
+                last_py_frame = False
+                continue
+            if PY_OPTIMIZED_RE.match(text):
+                thread.frames.append(Frame("<optimized out>", None, None, False))
+                consumed.add(i)
+                last_py_frame = False
+                continue
+            if PY_NOTE_RE.match(text):
+                consumed.add(i)
+                continue
+        last_py_frame = False
+        m = INFERIOR_RE.match(text) or ATTACH_RE.match(text)
+        if m:
+            pid = int(m.group(1))
+            consumed.add(i)
+            pybt = False
+            continue
+        if any(r.match(text) for r in NOISE_RES):
+            consumed.add(i)
+            continue
+        if not seen_stack and is_frame_body(text):
+            consumed.add(i)                 # frame 0 of the selected thread, echoed on attach
+            continue
+        unmatched.append(i)
+    for p in processes:
+        p.pid = pid
+    for t in unnamed:                      # the selected thread: thread 1 after attach, whose LWP is the pid
+        t.thread_id = str(pid) if pid is not None else "selected"
+    fmt = "gdb_pybt" if processes and all(t.format == "gdb_pybt" for p in processes for t in p.threads) else "gdb"
+    return Dump(processes, consumed, unmatched, format=fmt)
