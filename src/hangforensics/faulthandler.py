@@ -23,7 +23,12 @@ line in between.  A broken line (fragments of two dumps, a header fused onto a f
 split into guesses: it goes to ``unmatched``, every thread of the dump is marked ``garbled``, and
 the frames after it are attributed to no thread (they go to ``unmatched`` too) until the next
 intact thread header.  A header that appears complete at the end of a broken line does open its
-thread.
+thread (faulthandler writes a header's tail and its newline in one ``write()``), and a
+``Fatal Python error:`` inside a broken line starts the next process's dump.
+
+"Certain" cannot mean more than this: two writers whose output happens to interleave at line
+boundaries leave no trace in the text.  ``garbled`` tells the reader that the dump had more
+than one writer at once, so its thread attribution is best effort.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ HEADER_ANY_RE = re.compile(HEADER)
 STACK_RE = re.compile(r"^Stack \(most recent call first\):$")
 C_STACK_RE = re.compile(r"^Current thread's C stack trace \(most recent call first\):$")
 FATAL_RE = re.compile(r"^Fatal Python error: (?P<msg>.*)$")
+FATAL_ANY_RE = re.compile(r"Fatal Python error: ")
 TIMEOUT_RE = re.compile(r"^Timeout \((?P<t>\d+:\d\d:\d\d(?:\.\d+)?)\)!$")
 FRAME_RE = re.compile(r'^  File "(?P<file>[^"]*)", line (?P<line>\d+|\?\?\?) in (?P<name>[\w.<>$-]+)$')
 BINARY_RE = re.compile(r'^  Binary file "(?P<lib>[^"]*)"(?:, at (?P<sym>\S+?)(?:\+0x[0-9a-fA-F]+)?)? '
@@ -159,9 +165,13 @@ def parse_faulthandler(lines: list[str], first_line: int = 1) -> Dump:
             continue
         # Anything else inside a dump is a broken line: fragments of dumps written at the same time.
         unmatched.append(i)
-        if in_dump or HEADER_ANY_RE.search(text) or 'File "' in text:
+        if in_dump or HEADER_ANY_RE.search(text) or 'File "' in text or FATAL_ANY_RE.search(text):
             garbled = True
             thread = None
+            m = FATAL_ANY_RE.search(text)
+            if m:
+                start_process(lno, text[m.start():])   # another process's dump starts mid-line
+                in_dump = True
             m = HEADER_TAIL_RE.search(text)
             if m:
                 # the header itself is intact (it ends the line), so its thread is certain

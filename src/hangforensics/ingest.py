@@ -8,19 +8,22 @@ stopped; a file whose start changed is read again from scratch.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 
-from . import pyspy
+from . import faulthandler, gdb, native_trace, pyspy
+from .capture_errors import capture_error_reason
 from .clock import align_engine_clocks
 from .errors import InputError
-from .evidence import EvidenceFile, Workspace, detect_kind
+from .evidence import STACK_KINDS, EvidenceFile, Workspace, detect_kind
 from .logfile import detect_compose, head_hash, head_text, is_gzip, iter_chunks
 from .progress import Progress
 from .sglang_log import FileContext, Parsed, last_record_start, parse_chunk
+from .stackrows import dump_rows, rank_from_place
 from .store import LOADED_TABLES, Store, physical
 
 
@@ -127,10 +130,14 @@ def _read_into_store(store: Store, f: EvidenceFile, kind: str, st, hhash: str, c
                      prev_row: dict | None, start_offset: int, start_line: int) -> tuple[int, int]:
     """Parse one file's (new) lines into the tables and update its manifest row; returns (lines, unparsed) read."""
     hint = None
+    status = "ok"
     if kind == "server_log":
         lines, unparsed, read_bytes, hint = _ingest_log(store, f, start_offset, start_line)
-    elif kind == "pyspy_dump":
-        lines, unparsed = _ingest_pyspy(store, f, st.st_mtime)
+    elif kind in STACK_KINDS:
+        lines, unparsed = _ingest_stacks(store, f, kind, st.st_mtime)
+        read_bytes = st.st_size
+    elif kind == "capture_error":
+        lines, unparsed, status = _ingest_capture_error(store, f)
         read_bytes = st.st_size
     elif kind == "unknown":
         lines, unparsed, read_bytes = _ingest_unknown(store, f)
@@ -141,7 +148,7 @@ def _read_into_store(store: Store, f: EvidenceFile, kind: str, st, hhash: str, c
         total_lines += prev_row["lines"] or 0
         total_unparsed += prev_row["unparsed_lines"] or 0
         store.con.execute("DELETE FROM sources WHERE source_id = ?", [prev_row["source_id"]])
-    _record_source(store, f, kind, st, hhash, compressed, total_lines, total_unparsed, read_bytes,
+    _record_source(store, f, kind, st, hhash, compressed, total_lines, total_unparsed, read_bytes, status=status,
                    release_hint=hint, source_id=prev_row["source_id"] if prev_row else None)
     return lines, unparsed
 
@@ -221,20 +228,47 @@ def _ingest_log(store: Store, f: EvidenceFile, start_offset: int, start_line: in
     return lines, unparsed, end_offset, None
 
 
-def _ingest_pyspy(store: Store, f: EvidenceFile, mtime: float) -> tuple[int, int]:
-    text_lines = [s for chunk in iter_chunks(f.abs_path) for s in chunk.lines]
-    dump = pyspy.parse_dump(text_lines, 1)
-    ts = datetime.fromtimestamp(mtime)
-    stacks, frames = [], []
-    dump_id = f"{f.engine}:{f.rel_path}"
-    from .sglang_log import _dump_rows  # shared row builder for embedded and standalone dumps
-    ctx = FileContext(engine=f.engine, path=f.rel_path, default_year=ts.year)
-    _dump_rows(dump, dump_id, ctx, ts, "", "standalone", stacks, frames)
+# Parser of each stack-dump kind (see evidence.detect_kind); each returns a pyspy.Dump.
+STACK_PARSERS: dict[str, Callable[[list[str], int], pyspy.Dump]] = {
+    "pyspy_dump": pyspy.parse_dump,
+    "pyspy_json": pyspy.parse_json,
+    "gdb_dump": gdb.parse_gdb,
+    "faulthandler_dump": faulthandler.parse_faulthandler,
+    "native_trace": native_trace.parse_trace,
+}
+
+
+def _read_lines(f: EvidenceFile) -> list[str]:
+    return [s for chunk in iter_chunks(f.abs_path) for s in chunk.lines]
+
+
+def _ingest_stacks(store: Store, f: EvidenceFile, kind: str, mtime: float) -> tuple[int, int]:
+    """A standalone stack dump: threads and frames; every line it does not consume is kept in ``unparsed``."""
+    text_lines = _read_lines(f)
+    dump = STACK_PARSERS[kind](text_lines, 1)
+    ts = datetime.fromtimestamp(mtime)           # captures carry no time of their own: the file's mtime
+    stacks: list[dict] = []
+    frames: list[dict] = []
+    # The file's place may name the rank (pyspy/rank3.txt) when the dump is of one process and
+    # its title does not (JSON, gdb and faulthandler dumps carry no process title).
+    one_process = len({p.pid for p in dump.processes}) <= 1 and not any(p.parent_pid for p in dump.processes)
+    place_rank = (rank_from_place(f.rel_path, f.engine) or "") if one_process else ""
+    dump_rows(dump, f"{f.engine}:{f.rel_path}", f.engine, f.rel_path, ts, place_rank, "standalone", stacks, frames)
     store.append("stacks", stacks)
     store.append("frames", frames)
-    un = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": text_lines[i]} for i in dump.unmatched]
+    # Accounting by construction: a line is parsed only if the parser consumed it.
+    un = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": text_lines[i]}
+          for i in range(len(text_lines)) if i not in dump.consumed]
     store.append("unparsed", un)
     return len(text_lines), len(un)
+
+
+def _ingest_capture_error(store: Store, f: EvidenceFile) -> tuple[int, int, str]:
+    """A failed capture: its text is kept verbatim (in ``unparsed``: it holds no stack) and the reason returned."""
+    text_lines = _read_lines(f)
+    store.append("unparsed", [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": s}
+                              for i, s in enumerate(text_lines)])
+    return len(text_lines), len(text_lines), capture_error_reason(text_lines)
 
 
 def _ingest_unknown(store: Store, f: EvidenceFile) -> tuple[int, int, int]:

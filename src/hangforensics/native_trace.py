@@ -34,7 +34,7 @@ TORCH_BODY_RE = re.compile(
     r"^(?P<sym>.*?)(?: \+ (?P<off>0x[0-9a-fA-F]+))? \((?P<addr>0x[0-9a-fA-F]+) in (?P<lib>[^()]*)\)$")
 BTSYM_BODY_RE = re.compile(
     r"^(?P<lib>[^\s()]+)\((?P<sym>[^()]*?)(?:\+(?P<off>0x[0-9a-fA-F]+))?\) \[(?P<addr>0x[0-9a-fA-F]+)\]$")
-FROM_LINE_RE = re.compile(r"^#(?P<n>\d+) (?!0x[0-9a-fA-F]+ in )(?P<func>.+) from (?P<file>\S+):(?P<line>\d+)$")
+FROM_LINE_RE = re.compile(r"^#(?P<n>\d+) (?!0x[0-9a-fA-F]+ in )(?P<func>\S.*) from (?P<file>\S+):(?P<line>\d+)$")
 HEADER_RES = [re.compile(p) for p in (
     r"^C\+\+ CapturedTraceback:$",
     r"^Exception raised from .* \(most recent call first\):$",
@@ -84,13 +84,15 @@ def parse_trace(lines: list[str], first_line: int = 1) -> Dump:
     proc = Process(pid=None, title="", line=first_line)
     thread: Thread | None = None
     last_n = -1
+    header_line: int | None = None     # the trace header the next trace starts under
     ranks: set[str] = set()
 
     def frame_for(n: int, lno: int) -> Thread:
-        nonlocal thread, last_n
+        nonlocal thread, last_n, header_line
         if thread is None or n <= last_n:
-            thread = Thread(str(len(proc.threads) + 1), None, None, lno, format="trace")
+            thread = Thread(str(len(proc.threads) + 1), None, None, header_line or lno, format="trace")
             proc.threads.append(thread)
+            header_line = None
         last_n = n
         return thread
 
@@ -122,6 +124,8 @@ def parse_trace(lines: list[str], first_line: int = 1) -> Dump:
             continue
         if any(r.match(text) for r in HEADER_RES):
             thread = None                           # the next frame starts a new trace
+            if header_line is None:
+                header_line = lno
             consumed.add(i)
             continue
         unmatched.append(i)

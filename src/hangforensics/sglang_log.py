@@ -129,41 +129,70 @@ class Parsed:
 
 
 def _key_regex(keys: list[str]) -> str:
+    """Value of the first of ``keys`` in a batch body that starts with ', '."""
     alt = "|".join(re.escape(k) for k in keys)
-    return rf"(?:^|, )(?:{alt}): ([^,]+)"
+    return rf", (?:{alt}): ([^,]+)"
 
 
 def _ts_expr(col: str) -> pl.Expr:
     return pl.col(col).str.replace(",", ".").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False)
 
 
+# The prefix without its message: validated by one anchored regex (cheap: it fails at the first byte of
+# most non-prefixed lines), while the message is cut with a literal find, not a capture of '.*'.
+PREFIX_HEAD = (
+    r"^(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?"
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\]"
+)
+ACCESS_HEAD = r"^(?:INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL):\s+\S* - \""
+
+
+def _kind_chain(col: pl.Expr, table: list[tuple[str, str]], default: str | None) -> pl.Expr:
+    expr = pl.when(col.str.contains(table[0][1])).then(pl.lit(table[0][0]))
+    for name, rx in table[1:]:
+        expr = expr.when(col.str.contains(rx)).then(pl.lit(name))
+    return expr.otherwise(pl.lit(default, dtype=pl.String))
+
+
+NON_PREFIXED_KINDS = [("torch_nccl", GLOG), ("nccl_debug", NCCL_DEBUG), ("vllm", VLLM), ("access", BARE_ACCESS),
+                      ("environment", ENVIRONMENT)]
+
+
 def classify(texts: list[str], compose: bool) -> pl.DataFrame:
-    """One row per line: envelope fields, record kind, record id."""
+    """One row per line: envelope fields (ts, ranks, msg), record kind, record id and role.
+
+    Batch and access lines, the bulk of a log, are recognised by cheap anchored
+    tests; the long list of message kinds runs only on the few other records.
+    """
     df = pl.DataFrame({"text": pl.Series(texts, dtype=pl.String)}).with_row_index("i")
     src = pl.col("text")
     if compose:
         src = src.str.replace(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?", "")
     df = df.with_columns(src.alias("body"))
-    df = df.with_columns(pl.col("body").str.extract_groups(PREFIX).alias("p"))
-    df = df.unnest("p")
+    head = pl.col("body").str.extract_groups(PREFIX_HEAD)
+    df = df.with_columns(head.struct.field("1").alias("ts"), head.struct.field("2").alias("ranks"))
+    close = pl.col("body").str.find("]", literal=True)
+    df = df.with_columns(
+        pl.when(pl.col("ts").is_not_null())
+        .then(pl.col("body").str.slice(close + 1).str.strip_prefix(" "))
+        .otherwise(None).alias("msg"))
     msg = pl.col("msg")
-    kind = pl.when(pl.col("ts").is_null()).then(pl.lit(None, dtype=pl.String))
-    kind = kind.when(msg.str.contains(BATCH)).then(pl.lit("batch"))
-    kind = kind.when(msg.str.contains(ACCESS)).then(pl.lit("access"))
-    for name, rx in MESSAGE_KINDS:
-        kind = kind.when(msg.str.contains(rx)).then(pl.lit(name))
-    kind = kind.otherwise(pl.lit("log"))
-    body = pl.col("body")
-    other = (
-        pl.when(pl.col("ts").is_not_null()).then(pl.lit(None, dtype=pl.String))
-        .when(body.str.contains(GLOG)).then(pl.lit("torch_nccl"))
-        .when(body.str.contains(NCCL_DEBUG)).then(pl.lit("nccl_debug"))
-        .when(body.str.contains(VLLM)).then(pl.lit("vllm"))
-        .when(body.str.contains(BARE_ACCESS)).then(pl.lit("access"))
-        .when(body.str.contains(ENVIRONMENT)).then(pl.lit("environment"))
-        .otherwise(pl.lit(None, dtype=pl.String))
+    fast = (
+        pl.when(pl.col("ts").is_null()).then(pl.lit(None, dtype=pl.String))
+        .when((msg.str.starts_with("Prefill batch") | msg.str.starts_with("Decode batch")) & msg.str.contains(BATCH))
+        .then(pl.lit("batch"))
+        .when(msg.str.contains(ACCESS_HEAD)).then(pl.lit("access"))
+        .otherwise(pl.lit("?"))
     )
-    df = df.with_columns(pl.coalesce(kind, other).alias("kind"))
+    df = df.with_columns(fast.alias("kind"))
+    rest = df.filter(pl.col("kind") == "?").select(
+        "i", _kind_chain(pl.col("msg"), MESSAGE_KINDS, "log").alias("k2"))
+    bare = df.filter(pl.col("ts").is_null() & (pl.col("body").str.len_bytes() > 0)).select(
+        "i", _kind_chain(pl.col("body"), NON_PREFIXED_KINDS, None).alias("k3"))
+    df = (df.join(rest, on="i", how="left").join(bare, on="i", how="left")
+          .with_columns(pl.coalesce(pl.col("k2"), pl.when(pl.col("kind") != "?").then(pl.col("kind")), pl.col("k3"))
+                        .alias("kind"))
+          .drop("k2", "k3").sort("i"))
     df = df.with_columns(
         pl.col("kind").is_not_null().alias("start"),
         (pl.col("body").str.strip_chars() == "").alias("blank"),
@@ -215,31 +244,40 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
         pl.col("ts_dt").forward_fill().backward_fill().fill_null(carried).alias("ctx_ts"))
 
     # -- batches (vectorised) --------------------------------------------------
-    b = starts.filter(pl.col("kind") == "batch").with_columns(
-        pl.col("msg").str.extract_groups(BATCH).alias("bg")
-    ).unnest("bg")
+    b = starts.filter(pl.col("kind") == "batch")
     if b.height:
+        head = pl.col("msg").str.extract(r"^(?:Prefill|Decode) batch(?: \[\d+\])?[.,] ?", 0)
+        # ', ' in front of the body lets every key be found by a literal ', key: ' (fast), never by position
+        b = b.with_columns(
+            pl.col("msg").str.slice(0, 7).str.strip_chars_end().alias("bkind"),
+            pl.col("msg").str.extract(r"^\w+ batch \[(\d+)\]", 1).alias("iter"),
+            (pl.lit(", ") + pl.col("msg").str.slice(head.str.len_chars()).str.strip_chars_end(", ")).alias("bbody"),
+        )
         cols: list[pl.Expr] = [
             pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"),
             pl.col("ts_dt").alias("ts"), pl.col("ranks").str.strip_chars().alias("rank"),
             pl.col("bkind").alias("batch_kind"), pl.col("iter").cast(pl.Int64, strict=False).alias("forward_iter"),
         ]
-        body = pl.col("bbody").str.strip_chars_end(", ")
+        body = pl.col("bbody")
         for col, keys in BATCH_INT_KEYS.items():
             cols.append(body.str.extract(_key_regex(keys), 1).str.strip_chars()
                         .cast(pl.Int64, strict=False).alias(col))
         for col, keys in BATCH_FLOAT_KEYS.items():
             cols.append(body.str.extract(_key_regex(keys), 1).str.strip_chars()
                         .cast(pl.Float64, strict=False).alias(col))
-        cols.append(body.str.extract(r"(?:^|, )(?:cuda|cpu|npu|musa|xpu|hpu) graph: (True|False)", 1)
+        cols.append(body.str.extract(r", (?:cuda|cpu|npu|musa|xpu|hpu) graph: (True|False)", 1)
                     .eq("True").alias("graph"))
-        pend = [body.str.extract(_key_regex([k]), 1).str.strip_chars().cast(pl.Int64, strict=False)
-                for k in PENDING_KEYS]
-        cols.append(pl.sum_horizontal(pend).alias("_pend_sum"))
-        cols.append(pl.any_horizontal([p.is_not_null() for p in pend]).alias("_pend_any"))
-        bt = b.select(cols).with_columns(
-            pl.when(pl.col("_pend_any")).then(pl.col("_pend_sum")).otherwise(None).alias("pending_req")
-        ).drop("_pend_sum", "_pend_any")
+        bt = b.select(cols)
+        # PD queue counters appear only on disaggregated engines: extract them on those lines alone.
+        pd_lines = b.filter(body.str.contains(r", #(?:prealloc|transfer|inflight|bootstrap|unbootstrapped|"
+                                              r"transferring|host-receive)-req: "))
+        if pd_lines.height:
+            pend = [body.str.extract(_key_regex([k]), 1).str.strip_chars().cast(pl.Int64, strict=False)
+                    for k in PENDING_KEYS]
+            pd_sum = pd_lines.select(pl.col("line"), pl.sum_horizontal(pend).alias("pending_req"))
+            bt = bt.join(pd_sum, on="line", how="left")
+        else:
+            bt = bt.with_columns(pl.lit(None, dtype=pl.Int64).alias("pending_req"))
         out.tables["batches"] = bt
 
     # -- access lines ----------------------------------------------------------
@@ -274,7 +312,7 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
     stack_rows: list[dict[str, Any]] = []
     frame_rows: list[dict[str, Any]] = []
     if detailed_ids.height:
-        body_list = df.get_column("body").to_list()
+        body_list = _BodyLines(lines, ctx.compose)
         for rec in detailed_ids.iter_rows(named=True):
             i0 = rec["i"]
             i1 = i0 + (rec["line_end"] - rec["line"]) if rec["line_end"] is not None else i0
@@ -386,6 +424,20 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
     if last.len():
         ctx.last_ts = last.max()  # type: ignore[assignment]
     return out
+
+
+class _BodyLines:
+    """Lazy view of a chunk's lines without compose prefixes (only dump/traceback records are read)."""
+
+    def __init__(self, lines: list[str], compose: bool) -> None:
+        self.lines, self.compose = lines, compose
+
+    def __getitem__(self, sl: slice) -> list[str]:
+        part = self.lines[sl]
+        return [COMPOSE_RE.sub("", x, count=1) for x in part] if self.compose else part
+
+
+COMPOSE_RE = re.compile(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?")
 
 
 def _dump_rows(dump: pyspy.Dump, dump_id: str, ctx: FileContext, ts: datetime | None, rank: str,

@@ -1,0 +1,145 @@
+"""Synthetic evidence for the benchmark: one large batch-line-heavy SGLang log, and a fleet of engines.
+
+    python bench/generate.py big OUT.log --mb 200
+    python bench/generate.py fleet OUT_DIR --engines 300 --mb-per-engine 1
+
+Deterministic (seeded).  The big log is what a busy TP8 engine prints over
+hours: Prefill/Decode batch lines from TP0 (and, with --all-ranks, every
+rank), uvicorn access lines, /health probes, and now and then other records.
+Fleet engines are healthy, idle or stalled (symm-mem style with a watchdog
+dump) so a scan has incidents to find.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+START = datetime(2026, 3, 1, 0, 0, 0)
+
+
+def _ts(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _server_args(tp: int) -> str:
+    return (f"server_args=ServerArgs(model_path='Qwen/Qwen2.5-72B-Instruct', tp_size={tp}, dp_size=1, pp_size=1, "
+            f"ep_size=1, enable_symm_mem=True, watchdog_timeout=300, decode_log_interval=40, base_gpu_id=0, "
+            f"gpu_id_step=1)")
+
+
+def busy_lines(rng: random.Random, t: datetime, seconds: float, ranks: list[str]):
+    """Yield (t, line) for a busy stretch: ~8 batch lines/s per logging rank, POSTs, probes."""
+    end = t + timedelta(seconds=seconds)
+    port = 30000
+    while t < end:
+        for r in ranks:
+            if rng.random() < 0.25:
+                yield t, (f"[{_ts(t)} {r}] Prefill batch, #new-seq: 1, #new-token: {rng.randint(50, 3000)}, "
+                          f"#cached-token: {rng.randint(0, 1500)}, token usage: 0.0{rng.randint(1, 9)}, "
+                          f"#running-req: {rng.randint(1, 40)}, #queue-req: 0, cuda graph: False, "
+                          f"input throughput (token/s): {rng.uniform(300, 15000):.2f}")
+            else:
+                n = rng.randint(1, 48)
+                yield t, (f"[{_ts(t)} {r}] Decode batch, #running-req: {n}, #token: {n * rng.randint(300, 900)}, "
+                          f"token usage: 0.0{rng.randint(1, 9)}, accept len: 2.5{rng.randint(0, 9)}, "
+                          f"accept rate: 0.5{rng.randint(0, 9)}, cuda graph: True, "
+                          f"gen throughput (token/s): {rng.uniform(200, 2500):.2f}, #queue-req: 0")
+        if rng.random() < 0.5:
+            port = port + 1 if port < 65000 else 30000
+            yield t, f'[{_ts(t)}] INFO:     10.{rng.randint(0, 40)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}:{port} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+        if t.second % 10 == 0 and t.microsecond < 125000:
+            yield t, f'[{_ts(t)}] INFO:     10.0.5.126:{port} - "GET /health HTTP/1.1" 200 OK'
+        t += timedelta(seconds=0.125)
+
+
+def write_big(out: Path, mb: float, all_ranks: bool = False, seed: int = 7) -> None:
+    rng = random.Random(seed)
+    ranks = [f"TP{i}" for i in range(8)] if all_ranks else ["TP0"]
+    target = int(mb * 1e6)
+    t = START
+    written = 0
+    with out.open("w", encoding="utf-8", buffering=1 << 20) as f:
+        head = f"[{_ts(t)}] {_server_args(8)}\n"
+        f.write(head)
+        written += len(head)
+        while written < target:
+            for _, line in busy_lines(rng, t, 60, ranks):
+                f.write(line + "\n")
+                written += len(line) + 1
+            t += timedelta(seconds=60)
+            note = f"[{_ts(t)} TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_token_ratio: 0.7 -> 0.9\n"
+            f.write(note)
+            written += len(note)
+
+
+def write_engine(folder: Path, kind: str, mb: float, seed: int) -> None:
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    t = START + timedelta(hours=rng.randint(0, 48))
+    lines = [f"[{_ts(t)}] {_server_args(4)}"]
+    lines += [f"[{_ts(t)} TP{r}] Init torch distributed ends. elapsed=3.2 s, mem usage=0.7 GB" for r in range(4)]
+    lines.append(f"[{_ts(t)}] The server is fired up and ready to roll!")
+    target = int(mb * 1e6)
+    size = sum(len(x) for x in lines)
+    for tt, line in busy_lines(rng, t, 10**7, ["TP0"]):
+        lines.append(line)
+        size += len(line) + 1
+        t = tt
+        if size >= target:
+            break
+    if kind == "stalled":
+        onset = t
+        for k in range(1, 32):
+            s = onset + timedelta(seconds=10 * k)
+            lines.append(f'[{_ts(s)}] INFO:     10.1.1.1:{40000 + k} - "POST /generate HTTP/1.1" 200 OK')
+            lines.append(f'[{_ts(s)}] INFO:     10.0.5.126:{41000 + k} - "GET /health HTTP/1.1" 200 OK')
+        fire = onset + timedelta(seconds=315)
+        for r in range(4):
+            lines += [f"[{_ts(fire)} TP{r}] Scheduler debug info:", "scheduler.cur_batch.batch_size()=6",
+                      "self.max_total_num_tokens=372965, available_size=261871, evictable_size=105150, "
+                      "protected_size=0, session_held=0",
+                      f"[{_ts(fire)} TP{r}] Pyspy dump for PID {1000 + r}:",
+                      f"Process {1000 + r}: sglang::scheduler_TP{r}", "Python v3.12.3 (/usr/bin/python3.12)", "",
+                      f'Thread {1000 + r} (idle): "MainThread"', "    recvmsg (libc.so.6)",
+                      "    ncclCommWindowRegister (libnccl.so.2)",
+                      "    _register_segments_for_comm (sglang/srt/distributed/device_communicators/pynccl_allocator.py:417)",
+                      "    Scheduler.event_loop_overlap (sglang/srt/managers/scheduler.py:1052)",
+                      f"[{_ts(fire)} TP{r}] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", ""]
+    elif kind == "idle":
+        for k in range(1, 120):
+            s = t + timedelta(seconds=10 * k)
+            lines.append(f'[{_ts(s)}] INFO:     10.0.5.126:{41000 + k} - "GET /health HTTP/1.1" 200 OK')
+    (folder / "server.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_fleet(out: Path, engines: int, mb: float, seed: int = 11) -> None:
+    rng = random.Random(seed)
+    for i in range(engines):
+        kind = "stalled" if i % 10 == 3 else "idle" if i % 10 == 5 else "healthy"
+        write_engine(out / f"bench-{kind}-{i:04d}", kind, mb, rng.randint(0, 10**9))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    b = sub.add_parser("big")
+    b.add_argument("out", type=Path)
+    b.add_argument("--mb", type=float, default=200)
+    b.add_argument("--all-ranks", action="store_true")
+    f = sub.add_parser("fleet")
+    f.add_argument("out", type=Path)
+    f.add_argument("--engines", type=int, default=300)
+    f.add_argument("--mb-per-engine", type=float, default=1.0)
+    a = ap.parse_args()
+    if a.what == "big":
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        write_big(a.out, a.mb, a.all_ranks)
+    else:
+        write_fleet(a.out, a.engines, a.mb_per_engine)
+
+
+if __name__ == "__main__":
+    main()

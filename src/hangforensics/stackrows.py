@@ -1,0 +1,53 @@
+"""Rows of the ``stacks`` and ``frames`` tables from a parsed stack dump of any format.
+
+Every stack parser (py-spy text and JSON, gdb, faulthandler, numbered native traces) returns a
+:class:`pyspy.Dump`; this turns it into rows, with the columns the embedded-dump row builder in
+``sglang_log`` does not fill: ``stacks.format``, ``stacks.garbled`` and ``frames.library``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import PurePosixPath
+from typing import Any
+
+from . import pyspy
+
+
+def rank_from_place(rel_path: str, engine: str) -> str | None:
+    """A rank spelled by the file's name or its folder below the engine ('pyspy/rank3.txt', 'tp3/x')."""
+    parts = list(PurePosixPath(rel_path).parts)
+    if parts and parts[0] == engine and len(parts) > 1:
+        parts = parts[1:]                           # the engine's own name (e.g. '...-tp8') is its size, not a rank
+    for candidate in reversed(parts[-2:]):          # the file's name, then its folder
+        rank = pyspy.rank_from_name(candidate)
+        if rank:
+            return rank
+    return None
+
+
+def dump_rows(dump: pyspy.Dump, dump_id: str, engine: str, path: str, ts: datetime | None, rank: str,
+              capture: str, stack_rows: list[dict[str, Any]], frame_rows: list[dict[str, Any]]) -> None:
+    """Append one ``stacks`` row per thread and one ``frames`` row per frame.
+
+    A dump with several process blocks (``--subprocesses``, repeated faulthandler dumps, gdb
+    printing a process twice) gets one dump_id per block: ``<dump_id>#<n>``.  A block's rank comes
+    from its process title (``sglang::scheduler_DP0_TP3``), else from a rank the dump states
+    (torch's ``[rank3]:`` prefix), else ``rank`` (the caller's fallback).
+    """
+    for p_idx, proc in enumerate(dump.processes):
+        prank = pyspy.rank_from_title(proc.title) if proc.title else None
+        prank = prank or proc.rank or rank or ""
+        did = dump_id if len(dump.processes) == 1 else f"{dump_id}#{p_idx}"
+        for th in proc.threads:
+            stack_rows.append({
+                "engine": engine, "dump_id": did, "thread_id": th.thread_id, "ts": ts, "rank": prank,
+                "pid": proc.pid, "thread_name": th.name, "thread_state": th.state or None, "path": path,
+                "line": th.line, "process_title": proc.title, "capture": capture,
+                "format": th.format or dump.format, "garbled": th.garbled,
+            })
+            for depth, fr in enumerate(th.frames):
+                frame_rows.append({
+                    "dump_id": did, "thread_id": th.thread_id, "depth": depth, "function": fr.function,
+                    "file": fr.file, "line": fr.line, "native": fr.native, "library": fr.library,
+                })
