@@ -18,11 +18,13 @@ Shape (CPython 3.8 to 3.14)::
 
 faulthandler writes with many small ``write()`` calls and no lock, so when several threads or
 processes dump into one stream at once their text interleaves *mid-line*.  This parser keeps a
-frame only when its whole line parses and the line follows its own thread header with no broken
+frame only when its whole line parses and the line follows its own thread header with no foreign
 line in between.  A broken line (fragments of two dumps, a header fused onto a frame) is never
-split into guesses: it goes to ``unmatched``, every thread of the dump is marked ``garbled``, and
+split into guesses: it goes to ``unmatched``, every thread of the file is marked ``garbled``, and
 the frames after it are attributed to no thread (they go to ``unmatched`` too) until the next
-intact thread header.  A header that appears complete at the end of a broken line does open its
+intact thread header.  A foreign line without dump text (``tch``, the rest of another writer's
+line, or program output) also ends the attribution; the file counts as garbled once a frame is
+left without a thread that way.  A header that appears complete at the end of a broken line does open its
 thread (faulthandler writes a header's tail and its newline in one ``write()``), and a
 ``Fatal Python error:`` inside a broken line starts the next process's dump.
 
@@ -119,6 +121,7 @@ def parse_faulthandler(lines: list[str], first_line: int = 1) -> Dump:
         if m:
             if thread is None:
                 unmatched.append(i)                # a frame whose thread is not certain
+                garbled = garbled or in_dump
                 continue
             ln = m.group("line")
             thread.frames.append(Frame(m.group("name"), m.group("file"), int(ln) if ln.isdigit() else None, False))
@@ -163,21 +166,25 @@ def parse_faulthandler(lines: list[str], first_line: int = 1) -> Dump:
                 in_dump = False                     # the last line of a fatal-error dump
                 thread = None
             continue
-        # Anything else inside a dump is a broken line: fragments of dumps written at the same time.
         unmatched.append(i)
-        if in_dump or HEADER_ANY_RE.search(text) or 'File "' in text or FATAL_ANY_RE.search(text):
-            garbled = True
-            thread = None
-            m = FATAL_ANY_RE.search(text)
-            if m:
-                start_process(lno, text[m.start():])   # another process's dump starts mid-line
-                in_dump = True
-            m = HEADER_TAIL_RE.search(text)
-            if m:
-                # the header itself is intact (it ends the line), so its thread is certain
-                thread = open_thread(_norm_tid(m.group("tid")), m.group("cur") == "Current thread",
-                                     m.group("name"), lno)
-                in_dump = True
+        if not ('File "' in text or "(most recent call first)" in text or FATAL_ANY_RE.search(text)):
+            # A foreign line (another writer's fragment, or program output): the frames after it are
+            # no longer certainly this thread's.  The dump counts as garbled once such a frame shows up.
+            if in_dump:
+                thread = None
+            continue
+        # A broken dump line: fragments of dumps written at the same time.
+        garbled = True
+        thread = None
+        m = FATAL_ANY_RE.search(text)
+        if m:
+            start_process(lno, text[m.start():])       # another process's dump starts mid-line
+            in_dump = True
+        m = HEADER_TAIL_RE.search(text)
+        if m:
+            # the header itself is intact (it ends the line), so its thread is certain
+            thread = open_thread(_norm_tid(m.group("tid")), m.group("cur") == "Current thread", m.group("name"), lno)
+            in_dump = True
     if garbled:
         for p in processes:
             for t in p.threads:

@@ -1,4 +1,4 @@
-"""gdb captures: ``thread apply all bt`` (native frames) and ``py-bt`` / ``thread apply all py-bt``.
+"""gdb captures: ``thread apply all bt [full]`` (native frames) and ``py-bt`` / ``thread apply all py-bt``.
 
 Grammar: ../shared/formats/README.md ("gdb `thread apply all bt` grammar").  gdb prints a
 preamble on attach (``[New LWP n]``, libthread_db lines, the selected thread's frame 0, a
@@ -43,6 +43,7 @@ PY_BUILTIN_RE = re.compile(r"^  <(?P<what>built-in method|built-in function|meth
                            r" (?P<name>[^\s>]+)(?: of .*)?>$")
 PY_NOTE_RE = re.compile(r"^  (?:Waiting for the GIL|Garbage-collecting|\(unable to read python frame information\))$")
 PY_OPTIMIZED_RE = re.compile(r"^  \(frame information optimized out\)$")
+BT_FULL_RE = re.compile(r"^(?:No locals\.|No symbol table info available\.)$")
 
 # Lines gdb prints around the backtraces that carry no frame: consumed, not stored.
 NOISE_RES = [re.compile(p) for p in (
@@ -63,6 +64,13 @@ NOISE_RES = [re.compile(p) for p in (
     r'^"Auto-loading safe path" section in the GDB manual\.  E\.g\., run from the shell:$',
     r'^\tinfo "\(gdb\)Auto-loading safe path"$',
     r"^Reading symbols from .*$",
+    # debuginfod (gdb 12+, e.g. Ubuntu's), asked and declined in batch mode
+    r"^This GDB supports auto-downloading debuginfo from the following URLs:$",
+    r"^  <https?://[^>]+>$",
+    r"^Enable debuginfod for this session\? \(y or \[n\]\).*$",
+    r"^Debuginfod has been disabled\.$",
+    r"^To make this setting permanent, add 'set debuginfod enabled off' to \.gdbinit\.$",
+    r"^Download failed: .*$",
     r"^Downloading separate debug info for .*$",
     r"^Backtrace stopped: .*$",
     r"^\(More stack frames follow\.\.\.\)$",
@@ -71,6 +79,7 @@ NOISE_RES = [re.compile(p) for p in (
     r"^--Type <RET> for more, q to quit, c to continue without paging--$",
 )]
 GDB_START_RES = [re.compile(p) for p in (
+    r"^This GDB supports auto-downloading debuginfo from the following URLs:$",
     r"^\[New (?:LWP \d+|Thread 0x[0-9a-fA-F]+ \(LWP \d+\))\]$",
     r"^\[Thread debugging using libthread_db enabled\]$",
     r"^Using host libthread_db library ",
@@ -256,6 +265,9 @@ def parse_gdb(lines: list[str], first_line: int = 1) -> Dump:
                 consumed.add(i)
                 continue
         last_py_frame = False
+        if thread is not None and thread.frames and not pybt and (text.startswith("        ") or BT_FULL_RE.match(text)):
+            consumed.add(i)                 # 'bt full': a frame's locals (and their continuation lines)
+            continue
         m = INFERIOR_RE.match(text) or ATTACH_RE.match(text)
         if m:
             pid = int(m.group(1))

@@ -23,7 +23,7 @@ from .evidence import STACK_KINDS, EvidenceFile, Workspace, detect_kind
 from .logfile import detect_compose, head_hash, head_text, is_gzip, iter_chunks
 from .progress import Progress
 from .sglang_log import FileContext, Parsed, last_record_start, parse_chunk
-from .stackrows import dump_rows, rank_from_place
+from .stackrows import dump_rows, rank_from_place, ranks_from_pids
 from .store import LOADED_TABLES, Store, physical
 
 
@@ -72,6 +72,7 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
         res.bytes += _size(f.abs_path)
         prog.item_done(_size(f.abs_path))
     for engine in res.engines:
+        ranks_from_pids(store, engine)
         align_engine_clocks(store, engine)
     prog.finish(f"{res.files_read} files read, {res.files_skipped} unchanged, {res.lines} lines")
     return res

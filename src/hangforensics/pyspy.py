@@ -236,6 +236,7 @@ def parse_json(lines: list[str], first_line: int = 1) -> Dump:
     ws = re.compile(r"\s*")
     processes: list[Process] = []
     spans: list[tuple[int, int]] = []            # text ranges that were parsed with certainty
+    foreign: list[tuple[int, int]] = []          # array elements that are not thread objects
     pos = ws.match(text, 0).end()
     while pos < len(text) and text[pos] == "[":
         arr_start = pos
@@ -255,7 +256,8 @@ def parse_json(lines: list[str], first_line: int = 1) -> Dump:
             th = _json_thread(obj)
             if th is not None:
                 items.append((pos, obj, th))
-            # an element that is valid JSON but no thread object is consumed and ignored
+            else:
+                foreign.append((pos, end))        # valid JSON, but no thread object: kept as unparsed
             last_end = end
             pos = ws.match(text, end).end()
             if pos < len(text) and text[pos] == ",":
@@ -284,6 +286,8 @@ def parse_json(lines: list[str], first_line: int = 1) -> Dump:
         # a truncated or foreign tail: a line that holds both the end of a parsed item and the
         # start of the broken rest is not certain either
         consumed.difference_update(range(line_of(ws.match(text, tail).end()), len(lines)))
+    for a, b in foreign:
+        consumed.difference_update(range(line_of(a), line_of(b - 1) + 1))
     consumed.update(i for i, s in enumerate(lines) if not s.strip())
     unmatched = [i for i in range(len(lines)) if i not in consumed]
     return Dump(processes, consumed, unmatched, format="pyspy_json")

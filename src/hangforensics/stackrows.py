@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from . import pyspy
+from .store import Store
 
 
 def rank_from_place(rel_path: str, engine: str) -> str | None:
@@ -51,3 +52,26 @@ def dump_rows(dump: pyspy.Dump, dump_id: str, engine: str, path: str, ts: dateti
                     "dump_id": did, "thread_id": th.thread_id, "depth": depth, "function": fr.function,
                     "file": fr.file, "line": fr.line, "native": fr.native, "library": fr.library,
                 })
+
+
+def ranks_from_pids(store: Store, engine: str) -> int:
+    """Give standalone dumps that name no rank the rank the engine's other evidence gives their pid.
+
+    A gdb or JSON capture names no rank, but a py-spy dump of the same process (its title), a dump
+    embedded in the log (its prefix) or a log record carrying the pid does.  Only a pid that maps
+    to exactly one rank is used, so a pid reused across restarts names nothing.  Returns the number
+    of rows updated.
+    """
+    before = store.scalar("SELECT count(*) FROM t_stacks WHERE engine = ? AND rank = ''", [engine])
+    store.con.execute(
+        """UPDATE t_stacks AS s SET rank = k.rank
+           FROM (SELECT pid, min(rank) AS rank FROM (
+                     SELECT pid, rank FROM t_stacks WHERE engine = ? AND rank <> '' AND pid IS NOT NULL
+                     UNION ALL
+                     SELECT TRY_CAST(json_extract_string(attrs, '$.pid') AS BIGINT) AS pid, rank FROM t_events
+                     WHERE engine = ? AND rank <> '' AND rank NOT LIKE 'rank%' AND attrs IS NOT NULL)
+                 WHERE pid IS NOT NULL GROUP BY pid HAVING count(DISTINCT rank) = 1) AS k
+           WHERE s.engine = ? AND s.rank = '' AND s.capture = 'standalone' AND s.pid = k.pid""",
+        [engine, engine, engine])
+    after = store.scalar("SELECT count(*) FROM t_stacks WHERE engine = ? AND rank = ''", [engine])
+    return before - after

@@ -136,6 +136,41 @@ TABLES: dict[str, str] = {
         in_flight_batch_size BIGINT,    -- cur_batch.batch_size() printed beside it, when any
         message VARCHAR
     """,
+    "incidents": """
+        incident_id VARCHAR,            -- stable across scans: engine and onset
+        engine VARCHAR,
+        segment INTEGER,                -- run of the server (a server_args line starts the next)
+        kind VARCHAR,                   -- stall, leak, or the rule of a lone finding
+        onset TIMESTAMP,
+        ended TIMESTAMP,
+        end_reason VARCHAR,             -- restart, watchdog kill, evidence ends
+        severity VARCHAR,
+        rules VARCHAR[],
+        signatures VARCHAR[],
+        n_findings INTEGER,
+        watchdog_kills INTEGER,
+        health_blind_s DOUBLE,          -- seconds /health answered 200 during the stall
+        ranks VARCHAR[],
+        first_seen_scan INTEGER,
+        last_seen_scan INTEGER,
+        title VARCHAR
+    """,
+    "scans": """
+        scan_id INTEGER,
+        root VARCHAR,
+        started_at TIMESTAMP,
+        finished_at TIMESTAMP,          -- NULL: the scan was interrupted
+        files_read INTEGER,
+        files_unchanged INTEGER,
+        files_vanished INTEGER,
+        engines_changed INTEGER,
+        bytes_read BIGINT
+    """,
+    "engine_state": """
+        engine VARCHAR PRIMARY KEY,
+        data_version INTEGER,           -- bumped in the same transaction as any change to the engine's rows
+        analyzed_version INTEGER        -- data_version the findings were computed from
+    """,
     "gpu_samples": """
         engine VARCHAR,
         path VARCHAR,
@@ -258,6 +293,36 @@ VIEWS = {
             SELECT engine, max(TRY_CAST(json_extract_string(attrs, '$.base_gpu_id') AS INTEGER)) AS base,
                    max(TRY_CAST(json_extract_string(attrs, '$.gpu_id_step') AS INTEGER)) AS step
             FROM events WHERE kind = 'server_args' GROUP BY engine) a ON a.engine = g.engine
+    """,
+    # What an engine runs, as its logs show it: the configuration facts a fleet view compares.
+    "engine_facts": """
+        WITH a AS (
+            SELECT engine, arg_max(attrs, ts) AS attrs FROM events WHERE kind = 'server_args' GROUP BY engine),
+        env AS (
+            SELECT engine, string_agg(message, ' ') AS env FROM events WHERE kind = 'environment' GROUP BY engine),
+        nccl AS (
+            SELECT engine, max(regexp_extract(message, 'NCCL version:? ?([0-9][0-9.]+[0-9])', 1)) AS v
+            FROM events WHERE message LIKE '%NCCL version%' GROUP BY engine),
+        torch AS (
+            SELECT engine, max(regexp_extract(message, 'torch(?:==| version:? ?)([0-9][0-9.]+[0-9][^ ,]*)', 1)) AS v
+            FROM events WHERE message LIKE '%torch%version%' OR message LIKE '%torch==%' GROUP BY engine)
+        SELECT s.engine,
+               json_extract_string(a.attrs, '$.model_path') AS model,
+               TRY_CAST(json_extract_string(a.attrs, '$.tp_size') AS INTEGER) AS tp_size,
+               TRY_CAST(json_extract_string(a.attrs, '$.dp_size') AS INTEGER) AS dp_size,
+               TRY_CAST(json_extract_string(a.attrs, '$.enable_symm_mem') AS BOOLEAN) AS enable_symm_mem,
+               TRY_CAST(json_extract_string(a.attrs, '$.enable_dp_attention') AS BOOLEAN) AS enable_dp_attention,
+               TRY_CAST(json_extract_string(a.attrs, '$.enable_hierarchical_cache') AS BOOLEAN) AS enable_hicache,
+               json_extract_string(a.attrs, '$.disaggregation_mode') AS disaggregation_mode,
+               TRY_CAST(json_extract_string(a.attrs, '$.watchdog_timeout') AS DOUBLE) AS watchdog_timeout,
+               CASE WHEN env.env LIKE '%SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0%'
+                      OR env.env LIKE '%SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false%' THEN false END
+                 AS health_generation,
+               NULLIF(nccl.v, '') AS nccl_version, NULLIF(torch.v, '') AS torch_version,
+               max(s.release_hint) AS release_hint
+        FROM sources s LEFT JOIN a USING (engine) LEFT JOIN env USING (engine) LEFT JOIN nccl USING (engine)
+             LEFT JOIN torch USING (engine)
+        GROUP BY ALL
     """,
     # torch ProcessGroupNCCL progress per rank and process group, compared within the group:
     # ranks stuck on the same SeqNum agree; a rank behind the group's furthest, or absent, is the suspect.
@@ -408,6 +473,9 @@ VIEW_NOTES = {
     "desyncs": "Derived by analyze: captures whose ranks wait in different collectives.",
     "signature_matches": "Derived by analyze: catalogued hang signatures the evidence matches.",
     "gpu_samples": "One row per nvidia-smi CSV sample (view gpu_rank_samples adds the rank).",
+    "incidents": "Written by scan: findings grouped by engine and stall episode.",
+    "scans": "Written by scan: one row per scan; finished_at is NULL for an interrupted one.",
+    "engine_state": "Whether an engine's findings are up to date with its data (incremental scans).",
 }
 
 
