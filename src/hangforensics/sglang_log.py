@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from . import leaks, pyspy, torch_nccl
+from . import faulthandler, leaks, native_trace, pyspy, stackrows, torch_nccl
 
 # -- envelopes (polars / Rust regex syntax) -----------------------------------
 PREFIX = (
@@ -75,13 +75,13 @@ MESSAGE_KINDS: list[tuple[str, str]] = [
 CONTINUABLE = {
     "log", "watchdog_debug_info", "pyspy_dump", "pyspy_failed", "watchdog_batch_info", "sigquit",
     "scheduler_exception", "mem_leak_warning", "mem_leak_busy", "mem_check_busy", "torch_nccl", "vllm",
-    "server_args", "subprocess_crashed", "symm_mem", "watchdog_timeout", "pd_transfer_failed",
+    "server_args", "subprocess_crashed", "symm_mem", "watchdog_timeout", "pd_transfer_failed", "faulthandler",
 }
 # Kinds walked in Python for attributes, dumps and leak text.
 DETAILED = {
     "server_args", "health_check_failed", "watchdog_debug_info", "watchdog_timeout", "pyspy_dump",
     "watchdog_batch_info", "scheduler_exception", "mem_leak_warning", "mem_leak_busy", "torch_nccl",
-    "environment", "subprocess_crashed", "pyspy_failed",
+    "environment", "subprocess_crashed", "pyspy_failed", "faulthandler",
 }
 
 # Batch-line keys -> column.  Keys are matched verbatim after ', ' (never by position).
@@ -154,8 +154,9 @@ def _kind_chain(col: pl.Expr, table: list[tuple[str, str]], default: str | None)
     return expr.otherwise(pl.lit(default, dtype=pl.String))
 
 
+FAULTHANDLER_START = r"^(?:Fatal Python error: |Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!$)"
 NON_PREFIXED_KINDS = [("torch_nccl", GLOG), ("nccl_debug", NCCL_DEBUG), ("vllm", VLLM), ("access", BARE_ACCESS),
-                      ("environment", ENVIRONMENT)]
+                      ("environment", ENVIRONMENT), ("faulthandler", FAULTHANDLER_START)]
 
 
 def classify(texts: list[str], compose: bool) -> pl.DataFrame:
@@ -331,6 +332,23 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
                     if g.get("global_rank") is not None and not rank:
                         rank_by_line[line] = f"rank{g['global_rank']}"
                     attrs = g
+                # torch's C++ stack of the failing watchdog ('Exception raised from ...', 'frame #N: ...')
+                if any(x.startswith("frame #") for x in cont):
+                    dump = native_trace.parse_trace(cont, line + 1)
+                    for th in dump.threads:
+                        th.name = "c10d watchdog"
+                    grank = g.get("global_rank") if g else None
+                    stackrows.dump_rows(dump, f"{ctx.engine}:{ctx.path}:{line}", ctx.engine, ctx.path, ts,
+                                        rank or (f"TP{grank}" if grank is not None else ""), "embedded",
+                                        stack_rows, frame_rows)
+            elif kind == "faulthandler":
+                dump = faulthandler.parse_faulthandler([rec["body"], *cont], line)
+                stackrows.dump_rows(dump, f"{ctx.engine}:{ctx.path}:{line}", ctx.engine, ctx.path, ts or rec["ctx_ts"],
+                                    rank, "embedded", stack_rows, frame_rows)
+                for off in dump.unmatched:
+                    extra_unparsed.append({"engine": ctx.engine, "path": ctx.path, "line": line + off,
+                                           "text": ([rec["body"], *cont])[off]})
+                attrs = {"threads": len(dump.threads), "garbled": any(t.garbled for t in dump.threads)}
             elif kind == "server_args":
                 attrs = parse_server_args(msg)
             elif kind == "environment":
@@ -353,7 +371,7 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
                 attrs = {"pid": int(m.group(1)) if m else None, "native": "--native" in msg}
                 dump = pyspy.parse_dump(cont, line + 1)
                 dump_id = f"{ctx.engine}:{ctx.path}:{line}"
-                _dump_rows(dump, dump_id, ctx, ts, rank, "embedded", stack_rows, frame_rows)
+                stackrows.dump_rows(dump, dump_id, ctx.engine, ctx.path, ts, rank, "embedded", stack_rows, frame_rows)
                 for off in dump.unmatched:
                     extra_unparsed.append({"engine": ctx.engine, "path": ctx.path,
                                            "line": line + 1 + off, "text": cont[off]})
@@ -438,25 +456,6 @@ class _BodyLines:
 
 
 COMPOSE_RE = re.compile(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?")
-
-
-def _dump_rows(dump: pyspy.Dump, dump_id: str, ctx: FileContext, ts: datetime | None, rank: str,
-               capture: str, stack_rows: list[dict[str, Any]], frame_rows: list[dict[str, Any]]) -> None:
-    for p_idx, proc in enumerate(dump.processes):
-        prank = pyspy.rank_from_title(proc.title) or rank
-        pid = proc.pid
-        did = dump_id if len(dump.processes) == 1 else f"{dump_id}#{p_idx}"
-        for th in proc.threads:
-            stack_rows.append({
-                "engine": ctx.engine, "dump_id": did, "thread_id": th.thread_id, "ts": ts,
-                "rank": prank or "", "pid": pid, "thread_name": th.name, "thread_state": th.state,
-                "path": ctx.path, "line": th.line, "process_title": proc.title, "capture": capture,
-            })
-            for depth, fr in enumerate(th.frames):
-                frame_rows.append({
-                    "dump_id": did, "thread_id": th.thread_id, "depth": depth, "function": fr.function,
-                    "file": fr.file, "line": fr.line, "native": fr.native,
-                })
 
 
 SERVER_ARG_KEYS = [

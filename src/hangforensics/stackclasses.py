@@ -109,7 +109,7 @@ def main_stacks(store: Store, engine: str) -> list[RankStack]:
         main = [t for t in threads if t["thread_name"] == "MainThread"] or \
                [t for t in threads if t["pid"] is not None and str(t["pid"]) == str(t["thread_id"])] or \
                [t for t in threads if t["frames"] and t["frames"][-1]["function"] == "<module>"] or \
-               (threads if len(threads) == 1 else [])
+               (threads if len(threads) == 1 and not threads[0]["thread_name"] else [])
         if not main:
             continue
         t = main[0]
