@@ -22,6 +22,8 @@ from hangforensics.store import Store
 ISSUE2_RULES = ("stall-onset,all-ranks-frozen,first-rank-stopped,busy-leak-report,idle-memory-leak,"
                 "health-check-blind,watchdog-kill")
 VARIANTS = DATA / "variants"
+STACK_VARIANTS = DATA / "stack_variants"
+ALL_RULES = ISSUE2_RULES + ",collective-desync,known-signature"
 
 
 def _score(fleet: Path, truth: Path, tmp_path: Path, rules: str = ISSUE2_RULES) -> subprocess.CompletedProcess:
@@ -51,6 +53,21 @@ def test_variant_corpus_scores(tmp_path: Path):
     print(p.stdout.splitlines()[-1])
 
 
+@requires_shared()
+def test_shared_sample_fleet_scores_on_every_rule(tmp_path: Path):
+    p = _score(EXAMPLES / "fleet", EXAMPLES / "truth.json", tmp_path, ALL_RULES)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+@requires_shared()
+@pytest.mark.skipif(not (STACK_VARIANTS / "truth.json").exists(), reason="stack corpus not generated")
+def test_stack_corpus_scores_on_every_rule(tmp_path: Path):
+    """Dumps in every format (text, --native, --json, --subprocesses, gdb, faulthandler, traces), embedded and standalone."""
+    p = _score(STACK_VARIANTS / "fleet", STACK_VARIANTS / "truth.json", tmp_path, ALL_RULES)
+    assert p.returncode == 0, p.stdout + p.stderr
+    print(p.stdout.splitlines()[-1])
+
+
 def _physical_lines(path: Path) -> int:
     opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
     with opener(path, "rb") as f:
@@ -59,7 +76,8 @@ def _physical_lines(path: Path) -> int:
 
 
 def _corpus_roots() -> list[Path]:
-    roots = [p for p in (DATA / "releases", VARIANTS / "fleet", DATA.parent.parent / "examples") if p.is_dir()]
+    roots = [p for p in (DATA / "releases", VARIANTS / "fleet", STACK_VARIANTS / "fleet", DATA / "stacks",
+                         DATA.parent.parent / "examples") if p.is_dir()]
     if (EXAMPLES / "fleet").is_dir():
         roots.append(EXAMPLES / "fleet")
     return roots
@@ -68,7 +86,7 @@ def _corpus_roots() -> list[Path]:
 @pytest.mark.parametrize("root", _corpus_roots(), ids=lambda p: p.name)
 def test_every_line_is_parsed_or_kept(root: Path):
     with Store(":memory:") as st:
-        ingest_paths(st, [root], mode="fleet")
+        ingest_paths(st, [root], mode="engine" if root == DATA / "stacks" else "fleet")
         rows = st.query("SELECT abs_path, kind, lines, parsed_lines, unparsed_lines, status FROM sources")
         assert rows
         for r in rows:
