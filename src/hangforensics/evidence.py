@@ -10,6 +10,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .gpu import looks_like_nvidia_smi
 from . import faulthandler, gdb, native_trace, pyspy
 from .capture_errors import looks_like_capture_error
 from .errors import InputError
@@ -56,7 +57,8 @@ def detect_kind(path: Path) -> str:
 
     server_log; stack dumps: pyspy_dump (py-spy text), pyspy_json, gdb_dump (gdb ``thread apply
     all bt`` / ``py-bt``), faulthandler_dump, native_trace (numbered C++/gdb frames);
-    capture_error (py-spy/gdb failure output); binary, unreadable or unknown.
+    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); binary, unreadable or
+    unknown.
     """
     try:
         head = head_text(path)
@@ -68,6 +70,8 @@ def detect_kind(path: Path) -> str:
     first = [s for s in lines if s.strip()][:5]
     if first and (pyspy.PROCESS_RE.match(first[0]) or pyspy.THREAD_RE.match(first[0])):
         return "pyspy_dump"
+    if looks_like_nvidia_smi(lines):
+        return "gpu_samples"
     if pyspy.looks_like_json(head):
         return "pyspy_json"
     if looks_like_capture_error(lines[:200]):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import faulthandler, gdb, native_trace, pyspy
+from . import faulthandler, gdb, gpu, native_trace, pyspy
 from .capture_errors import capture_error_reason
 from .clock import align_engine_clocks
 from .errors import InputError
@@ -140,6 +140,8 @@ def _read_into_store(store: Store, f: EvidenceFile, kind: str, st, hhash: str, c
     elif kind == "capture_error":
         lines, unparsed, status = _ingest_capture_error(store, f)
         read_bytes = st.st_size
+    elif kind == "gpu_samples":
+        lines, unparsed, read_bytes = _ingest_gpu(store, f)
     elif kind == "unknown":
         lines, unparsed, read_bytes = _ingest_unknown(store, f)
     else:  # binary: recorded, not read
@@ -270,6 +272,25 @@ def _ingest_capture_error(store: Store, f: EvidenceFile) -> tuple[int, int, str]
     store.append("unparsed", [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": s}
                               for i, s in enumerate(text_lines)])
     return len(text_lines), len(text_lines), capture_error_reason(text_lines)
+
+
+def _ingest_gpu(store: Store, f: EvidenceFile) -> tuple[int, int, int]:
+    n = bad = end = 0
+    header: str | None = None
+    for chunk in iter_chunks(f.abs_path):
+        lines = chunk.lines
+        if header is None and lines:
+            header = lines[0] if gpu.HEADER_RE.match(lines[0]) else ""
+        elif header:
+            lines = [header, *lines]                  # later chunks: the same columns
+        samples, unparsed = gpu.parse_samples(lines, chunk.first_line - (1 if lines is not chunk.lines else 0),
+                                              f.engine, f.rel_path)
+        store.append("gpu_samples", samples.to_arrow())
+        store.append("unparsed", unparsed.to_arrow())
+        n += len(chunk.lines)
+        bad += unparsed.height
+        end = chunk.end_offset
+    return n, bad, end
 
 
 def _ingest_unknown(store: Store, f: EvidenceFile) -> tuple[int, int, int]:

@@ -12,6 +12,8 @@ and all given keys must hold:
   merely passes through the frame is not the hang);
 * ``others_in_collective``: the ranks that do not match wait in a collective;
 * ``with_desync``: the capture's ranks wait in different collectives (desyncs);
+* ``gpu_util_max`` / ``gpu_util_min``: when nvidia-smi samples cover the stall, their mean
+  utilisation must lie within these bounds (0 % idle in a host rendezvous vs a 100 % device spin);
 * ``log``: regexes on event messages (``log_kinds`` restricts the event kinds);
   a log match alone is enough when no ``frames`` are given, and is supporting
   evidence otherwise.
@@ -127,6 +129,12 @@ def evaluate(store: Store, engine: str, sig: Signature) -> list[dict[str, Any]]:
         if log_rows:
             detail += f"; the log agrees: {log_rows[0]['message'][:200]}"
         detail += f". {sig.description} Remediation: {sig.remediation}"
+        gpu = _gpu_during_stall(store, engine)
+        if gpu is not None:
+            mean, n_samples = gpu
+            if mean > m.get("gpu_util_max", 101.0) or mean < m.get("gpu_util_min", -1.0):
+                continue
+            detail += f" GPU utilisation while stalled: {mean:.0f} % on average over {n_samples} nvidia-smi samples."
         ts = max((s.ts for s in matched if s.ts), default=None)
         ev = [{"file": s.path, "line": s.line} for s in matched[:8]]
         ev += [{"file": r["path"], "line": r["line"]} for r in log_rows[:2]]
@@ -135,6 +143,14 @@ def evaluate(store: Store, engine: str, sig: Signature) -> list[dict[str, Any]]:
         out.append(_row(engine, sig, log_rows[0]["ts"], [], f"log: {log_rows[0]['message'][:300]}",
                         [{"file": r["path"], "line": r["line"]} for r in log_rows[:8]]))
     return out[-1:] if m.get("latest_only", True) else out
+
+
+def _gpu_during_stall(store: Store, engine: str) -> tuple[float, int] | None:
+    """Mean GPU utilisation between stall onset and the end of the evidence, when samples exist."""
+    row = store.query(
+        "SELECT avg(g.util_pct) AS mean, count(*) AS n FROM gpu_samples g JOIN stalls s ON s.engine = g.engine "
+        "AND g.ts > s.onset AND g.ts <= s.evidence_end WHERE g.engine = ?", [engine])[0]
+    return (row["mean"], row["n"]) if row["n"] else None
 
 
 def _row(engine: str, sig: Signature, ts, ranks: list[str], detail: str, evidence: list[dict]) -> dict[str, Any]:
