@@ -97,3 +97,34 @@ def test_quiet_engine_report_says_no_hang(tmp_path: Path, page_of):
     assert messages == []
     assert "No hang found" in page.locator("#verdict").inner_text()
     assert page.locator("svg.timeline g.onset-marker").count() == 0
+
+
+def test_stack_class_tree_folds_and_shows_classes_side_by_side(tmp_path: Path, page_of):
+    from conftest import SHARED
+
+    src = SHARED / "formats" / "collective_desync"
+    if not src.is_dir():
+        pytest.skip("../shared/formats not beside the repository")
+    eng = tmp_path / "desync"
+    eng.mkdir()
+    for f in sorted(src.glob("rank?.plain.txt")):
+        shutil.copy(f, eng / f.name)
+    out = tmp_path / "desync.html"
+    api.report(eng, out)
+    page, messages, _ = page_of(out)
+    assert messages == []
+    root = page.locator(".stack-tree > details.stack-node").first
+    assert root.get_attribute("data-ranks") == "TP0-3"
+    children = root.locator(":scope > details.stack-node")
+    assert sorted(children.nth(i).get_attribute("data-ranks") for i in range(children.count())) == \
+        ["TP0-1", "TP2", "TP3"]
+    odd = page.locator('details.stack-node[data-ranks="TP2"]')
+    assert odd.is_visible() and "_all_reduce_attn_groups" in odd.inner_text()
+    root.locator(":scope > summary").click()                  # fold the whole tree
+    assert not odd.is_visible()
+    root.locator(":scope > summary").click()
+    assert odd.is_visible()
+    headers = page.locator("table.stack-classes th")
+    assert headers.count() == 3 and "TP0-1 (2)" in headers.first.inner_text()
+    assert "collective-desync" in [page.locator("details.finding").nth(i).get_attribute("data-rule")
+                                   for i in range(page.locator("details.finding").count())]
