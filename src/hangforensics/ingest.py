@@ -7,8 +7,12 @@ stopped; a file whose start changed is read again from scratch.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import multiprocessing
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -33,13 +37,56 @@ class IngestResult:
     engines: list[str] = field(default_factory=list)
     files_read: int = 0
     files_skipped: int = 0
+    files_renamed: int = 0
+    files_vanished: int = 0
     lines: int = 0
     unparsed: int = 0
     bytes: int = 0
+    bytes_read: int = 0
+    changed_engines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FileJob:
+    """What to read of one file: a pure description a worker process can act on."""
+
+    engine: str
+    abs_path: Path
+    rel_path: str
+    kind: str
+    start_offset: int = 0
+    start_line: int = 1
+    mtime: float = 0.0
+
+
+@dataclass
+class FileOutcome:
+    lines: int = 0
+    unparsed: int = 0
+    read_bytes: int = 0
+    status: str = "ok"
+
+
+@dataclass
+class Plan:
+    file: EvidenceFile
+    action: str                  # skip, read, resume, rename, duplicate, unreadable
+    kind: str
+    st: os.stat_result
+    head_hash: str
+    compressed: bool
+    prev: dict | None = None     # the manifest row this file continues or replaces
+    duplicate_of: str | None = None
+
+    def job(self) -> FileJob:
+        resume = self.action in ("resume", "rename") and self.prev is not None
+        return FileJob(self.file.engine, self.file.abs_path, self.file.rel_path, self.kind,
+                       (self.prev["read_bytes"] or 0) if resume else 0,
+                       ((self.prev["lines"] or 0) + 1) if resume else 1, self.st.st_mtime)
 
 
 def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: Progress | None = None,
-                 workspace: Workspace | None = None) -> list[IngestResult]:
+                 workspace: Workspace | None = None, jobs: int = 1) -> list[IngestResult]:
     """Ingest each PATH (engine folder, fleet folder, single file or archive) into ``store``."""
     own = workspace is None
     ws = workspace or Workspace()
@@ -47,35 +94,65 @@ def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: 
         results = []
         for p in paths:
             root, files = ws.resolve(Path(p), mode)
-            results.append(ingest_files(store, root, files, progress))
+            results.append(ingest_files(store, root, files, progress, jobs=jobs))
         return results
     finally:
         if own:
             ws.close()
 
 
-def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: Progress | None = None) -> IngestResult:
+def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: Progress | None = None,
+                 jobs: int = 1, vanish_engines: list[str] | None = None) -> IngestResult:
+    """Plan every file against the manifest, parse what changed (in ``jobs`` processes), load it.
+
+    ``vanish_engines``: engines whose manifest rows missing from ``files`` are marked vanished (a scan
+    of a whole fleet knows every file of its engines; a single-file ingest does not).
+    """
     res = IngestResult(root=root)
     prog = progress or Progress(enabled=False)
-    total = sum(_size(f.abs_path) for f in files)
-    prog.start("ingest", total_bytes=total, total_items=len(files))
     for f in files:
         if f.engine not in res.engines:
             res.engines.append(f.engine)
-        read = _ingest_one(store, f, prog)
-        if read is None:
+    plans = plan_files(store, files, vanish_engines or [])
+    res.files_vanished = sum(1 for p in plans if p.action == "vanished")
+    work = [p for p in plans if p.action in ("read", "resume", "rename")]
+    res.bytes = sum(p.st.st_size for p in plans if p.action != "vanished")
+    prog.start("ingest", total_bytes=sum(p.st.st_size for p in work), total_items=len(work))
+    changed: set[str] = {p.file.engine for p in plans if p.action in ("duplicate", "vanished", "unreadable")}
+    for p in plans:
+        if p.action == "skip":
             res.files_skipped += 1
-        else:
-            res.files_read += 1
-            res.lines += read[0]
-            res.unparsed += read[1]
-        res.bytes += _size(f.abs_path)
-        prog.item_done(_size(f.abs_path))
-    for engine in res.engines:
+        elif p.action in ("duplicate", "unreadable", "vanished"):
+            _record_plan_only(store, p)
+        elif p.action == "forget":                 # a renamed file's name held other, older content
+            with store.transaction():
+                _forget(store, p.prev)
+                _bump(store, p.file.engine)
+    _apply_renames(store, [p for p in plans if p.action == "rename"])
+    big = sum(p.st.st_size for p in work if p.action != "rename") > PARALLEL_MIN_BYTES
+    if jobs > 1 and big and len(work) > 1:
+        outcomes = _parse_in_pool(store, work, jobs, prog)
+    else:
+        outcomes = (( p, _load_file(store, p, parse_file(p.job()))) for p in work)
+    for p, outcome in outcomes:
+        prog.item_done(p.st.st_size)
+        changed.add(p.file.engine)
+        res.files_read += 1
+        res.files_renamed += p.action == "rename"
+        res.lines += outcome.lines
+        res.unparsed += outcome.unparsed
+        res.bytes_read += max(outcome.read_bytes - (p.job().start_offset), 0)
+    for engine in sorted(changed):
         ranks_from_pids(store, engine)
         align_engine_clocks(store, engine)
+    res.changed_engines = sorted(changed)
     prog.finish(f"{res.files_read} files read, {res.files_skipped} unchanged, {res.lines} lines")
     return res
+
+
+PARALLEL_MIN_BYTES = 64 * 1024 * 1024
+# Kinds whose identical content does not mean the same evidence (two captures that both failed alike).
+NO_IDENTITY = ("unknown", "capture_error", "binary")
 
 
 def _size(p: Path) -> int:
@@ -85,90 +162,260 @@ def _size(p: Path) -> int:
         return 0
 
 
-def _ingest_one(store: Store, f: EvidenceFile, prog: Progress) -> tuple[int, int] | None:
-    """Read one file; None when the manifest says it is unchanged."""
-    try:
-        st = f.abs_path.stat()
-    except OSError as e:
-        raise InputError(f"cannot read {f.rel_path}: {e.strerror or e}") from e
-    kind = detect_kind(f.abs_path)
-    hhash = head_hash(f.abs_path) if kind not in ("unreadable",) else ""
-    compressed = kind != "unreadable" and is_gzip(f.abs_path)
-    prev = store.query("SELECT * FROM sources WHERE abs_path = ?", [str(f.abs_path)])
-    prev_row = prev[0] if prev else None
-    start_offset, start_line = 0, 1
-    if prev_row is not None:
-        same_head = prev_row["head_hash"] == hhash
-        if same_head and prev_row["bytes"] == st.st_size and abs((prev_row["mtime"] or 0) - st.st_mtime) < 1e-6:
-            return None
-        if same_head and not compressed and st.st_size > (prev_row["bytes"] or 0) and kind == "server_log":
-            start_offset, start_line = prev_row["read_bytes"] or 0, (prev_row["lines"] or 0) + 1
-        else:
-            _forget(store, prev_row)
-            prev_row = None
-    else:
-        dup = store.query(
-            "SELECT path FROM sources WHERE engine = ? AND head_hash = ? AND status = 'ok' AND kind = ?",
-            [f.engine, hhash, kind])
-        if dup and kind != "unknown":
-            # The same content under another name (a rotated or compressed copy): never read twice.
-            _record_source(store, f, kind, st, hhash, compressed, 0, 0, 0, status=f"duplicate of {dup[0]['path']}")
-            return None
+# -- planning --------------------------------------------------------------------------------------
+def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str]) -> list[Plan]:
+    """Decide per file: skip (unchanged), read, resume (grew), rename (known content under a new name,
+    e.g. rotation or compression), duplicate (the same content is read elsewhere) or unreadable; and
+    which manifest rows of ``vanish_engines`` vanished."""
+    plans: list[Plan] = []
+    rows = {r["abs_path"]: r for r in store.query("SELECT * FROM sources WHERE status NOT LIKE 'duplicate%'")}
+    current = {str(f.abs_path) for f in files}
+    claimed: set[str] = set()          # abs_paths of manifest rows a current file continues
+    pending: list[tuple[EvidenceFile, os.stat_result, str, str, bool]] = []
+    for f in files:
+        try:
+            st = f.abs_path.stat()
+        except OSError as e:
+            raise InputError(f"cannot read {f.rel_path}: {e.strerror or e}") from e
+        kind = detect_kind(f.abs_path)
+        try:
+            hhash = head_hash(f.abs_path) if kind != "unreadable" else ""
+            compressed = kind != "unreadable" and is_gzip(f.abs_path)
+        except (InputError, OSError, EOFError):
+            kind, hhash, compressed = "unreadable", "", False
+        prev = rows.get(str(f.abs_path))
+        if prev is not None and prev["head_hash"] == hhash and prev["kind"] == kind:
+            claimed.add(prev["abs_path"])
+            if prev["bytes"] == st.st_size and abs((prev["mtime"] or 0) - st.st_mtime) < 1e-6:
+                plans.append(Plan(f, "skip", kind, st, hhash, compressed, prev))
+            elif kind == "server_log" and not compressed and st.st_size > (prev["bytes"] or 0):
+                plans.append(Plan(f, "resume", kind, st, hhash, compressed, prev))
+            else:
+                plans.append(Plan(f, "read", kind, st, hhash, compressed, prev))
+            continue
+        pending.append((f, st, kind, hhash, compressed))
+    # Files whose path is new (or whose content under the same path changed): is the content known?
+    # Pass 1: renames (rotation, compression) claim the manifest rows they continue.
+    renamed: dict[int, dict] = {}
+    for idx, (f, _st, kind, hhash, _compressed) in enumerate(pending):
+        if kind in NO_IDENTITY or kind == "unreadable" or not hhash:
+            continue
+        twin = next((r for r in rows.values() if r["engine"] == f.engine and r["head_hash"] == hhash
+                     and r["kind"] == kind and r["abs_path"] not in claimed
+                     and (r["abs_path"] not in current or _changed_on_disk(r))), None)
+        if twin is not None:
+            claimed.add(twin["abs_path"])
+            renamed[idx] = twin
+    # Pass 2: everything else is read, unless the same content is being read under another name.
+    seen_hash: dict[tuple[str, str], str] = {}
+    for idx, (f, st, kind, hhash, compressed) in enumerate(pending):
+        old = rows.get(str(f.abs_path))
+        if old is not None and (old["abs_path"] in claimed and renamed.get(idx) is not old):
+            old = None                 # its rows moved with a rename: nothing of this name to forget
+        if idx in renamed:
+            plans.append(Plan(f, "rename", kind, st, hhash, compressed, renamed[idx]))
+            if old is not None and old is not renamed[idx]:
+                plans.append(Plan(f, "forget", kind, st, hhash, compressed, old))
+            continue
+        if kind == "unreadable":
+            plans.append(Plan(f, "unreadable", kind, st, hhash, compressed, old))
+            continue
+        key = (f.engine, hhash)
+        same = next((r for r in rows.values() if r["engine"] == f.engine and r["head_hash"] == hhash
+                     and r["kind"] == kind and r["abs_path"] in current and r["abs_path"] not in claimed
+                     and r["abs_path"] != str(f.abs_path)), None)
+        if hhash and kind not in NO_IDENTITY and (same is not None or key in seen_hash):
+            other = same["path"] if same is not None else seen_hash[key]
+            plans.append(Plan(f, "duplicate", kind, st, hhash, compressed, old, duplicate_of=other))
+            continue
+        seen_hash[key] = f.rel_path
+        plans.append(Plan(f, "read", kind, st, hhash, compressed, old))
+    for r in rows.values():
+        if r["engine"] in vanish_engines and r["abs_path"] not in current and r["abs_path"] not in claimed \
+                and r["status"] != "vanished":
+            ef = EvidenceFile(r["engine"], Path(r["abs_path"]), r["path"], r["rotation"] or 0, r["node"] or "")
+            plans.append(Plan(ef, "vanished", r["kind"], os.stat_result((0,) * 10), r["head_hash"],
+                              bool(r["compressed"]), r))
+    return plans
 
+
+def _changed_on_disk(row: dict) -> bool:
+    """A manifest row whose file now holds other content (the live log after a rotation)."""
+    try:
+        return head_hash(Path(row["abs_path"])) != row["head_hash"]
+    except (InputError, OSError, EOFError):
+        return True
+
+
+def _record_plan_only(store: Store, p: Plan) -> None:
+    """Manifest-only outcomes: duplicates, unreadable files, vanished files (their data is kept)."""
+    with store.transaction():
+        if p.action == "vanished":
+            store.con.execute("UPDATE sources SET status = 'vanished' WHERE source_id = ?", [p.prev["source_id"]])
+        else:
+            if p.prev is not None:
+                _forget(store, p.prev)
+            status = f"duplicate of {p.duplicate_of}" if p.action == "duplicate" else "error: cannot read"
+            _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, 0, 0, 0, status=status)
+        _bump(store, p.file.engine)
+
+
+def _bump(store: Store, engine: str) -> None:
+    """The engine's data changed: its findings are stale until analyze runs (same transaction as the change)."""
+    store.con.execute(
+        "INSERT INTO engine_state VALUES (?, 1, 0) ON CONFLICT (engine) DO UPDATE SET "
+        "data_version = engine_state.data_version + 1", [engine])
+
+
+# -- parsing (pure: files in, row batches out) ------------------------------------------------------
+def parse_file(job: FileJob) -> Iterator[tuple[str, pl.DataFrame | list[dict]]]:
+    """Yield (table, rows) batches for one file; the generator's return value is a FileOutcome."""
+    f = EvidenceFile(job.engine, Path(job.abs_path), job.rel_path, 0, "")
+    out = FileOutcome()
+    if job.kind == "server_log":
+        for parsed in _parse_log(f, job.start_offset, job.start_line, out):
+            for table in LOADED_TABLES:
+                rows = parsed.tables.get(table)
+                if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
+                    yield table, rows
+    elif job.kind in STACK_KINDS:
+        yield from _parse_stacks(f, job.kind, job.mtime, out)
+    elif job.kind == "capture_error":
+        yield from _parse_capture_error(f, out)
+    elif job.kind == "gpu_samples":
+        yield from _parse_gpu(f, out)
+    elif job.kind == "unknown":
+        yield from _parse_unknown(f, out)
+    return out
+
+
+def _load_file(store: Store, p: Plan, batches: Iterator[tuple[str, pl.DataFrame | list[dict]]]) -> FileOutcome:
+    """Load one file's batches in one transaction, with its manifest row; a file that fails to read is
+    rolled back and recorded as unreadable, never sinking the whole ingest."""
     try:
         with store.transaction():
-            return _read_into_store(store, f, kind, st, hhash, compressed, prev_row, start_offset, start_line)
+            if p.action == "read" and p.prev is not None:
+                _forget(store, p.prev)
+            outcome = FileOutcome()
+            while True:
+                try:
+                    table, rows = next(batches)
+                except StopIteration as stop:
+                    outcome = stop.value or outcome
+                    break
+                _append(store, table, rows)
+            _finish_source(store, p, outcome)
+            _bump(store, p.file.engine)
+        return outcome
     except InputError as e:
-        # One unreadable file (truncated gzip, vanished mid-read) must not sink the whole ingest:
-        # its rows are rolled back and the manifest says why.
-        if prev_row is not None:
-            _forget(store, prev_row)
-        _record_source(store, f, "unreadable", st, hhash, compressed, 0, 0, 0, status=f"error: {e}")
-        return 0, 0
+        with store.transaction():
+            if p.prev is not None and p.action == "read":
+                _forget(store, p.prev)
+            _record_source(store, p.file, "unreadable", p.st, p.head_hash, p.compressed, 0, 0, 0, status=f"error: {e}")
+            _bump(store, p.file.engine)
+        return FileOutcome(status=f"error: {e}")
 
 
-def _read_into_store(store: Store, f: EvidenceFile, kind: str, st, hhash: str, compressed: bool,
-                     prev_row: dict | None, start_offset: int, start_line: int) -> tuple[int, int]:
-    """Parse one file's (new) lines into the tables and update its manifest row; returns (lines, unparsed) read."""
-    hint = None
-    status = "ok"
-    if kind == "server_log":
-        lines, unparsed, read_bytes, hint = _ingest_log(store, f, start_offset, start_line)
-    elif kind in STACK_KINDS:
-        lines, unparsed = _ingest_stacks(store, f, kind, st.st_mtime)
-        read_bytes = st.st_size
-    elif kind == "capture_error":
-        lines, unparsed, status = _ingest_capture_error(store, f)
-        read_bytes = st.st_size
-    elif kind == "gpu_samples":
-        lines, unparsed, read_bytes = _ingest_gpu(store, f)
-    elif kind == "unknown":
-        lines, unparsed, read_bytes = _ingest_unknown(store, f)
-    else:  # binary: recorded, not read
-        lines = unparsed = read_bytes = 0
-    total_lines, total_unparsed = lines, unparsed
-    if prev_row is not None:
-        total_lines += prev_row["lines"] or 0
-        total_unparsed += prev_row["unparsed_lines"] or 0
-        store.con.execute("DELETE FROM sources WHERE source_id = ?", [prev_row["source_id"]])
-    _record_source(store, f, kind, st, hhash, compressed, total_lines, total_unparsed, read_bytes, status=status,
-                   release_hint=hint, source_id=prev_row["source_id"] if prev_row else None)
-    return lines, unparsed
+def _append(store: Store, table: str, rows: pl.DataFrame | list[dict]) -> None:
+    if isinstance(rows, pl.DataFrame):
+        store.append(table, rows.to_arrow())
+    else:
+        store.append(table, rows)
+
+
+def _finish_source(store: Store, p: Plan, outcome: FileOutcome) -> None:
+    prev = p.prev if p.action in ("resume", "rename") else None
+    lines, unparsed = outcome.lines, outcome.unparsed
+    if prev is not None:
+        lines += prev["lines"] or 0
+        unparsed += prev["unparsed_lines"] or 0
+        store.con.execute("DELETE FROM sources WHERE source_id = ?", [prev["source_id"]])
+    _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, lines, unparsed,
+                   max(outcome.read_bytes, prev["read_bytes"] or 0) if prev else outcome.read_bytes,
+                   status=outcome.status, source_id=prev["source_id"] if prev else None)
+
+
+def _apply_renames(store: Store, renames: list[Plan]) -> None:
+    """Known content under a new name (server.log -> server.log.1 -> server.log.2.gz): keep its rows and
+    point them at the new name, so evidence file:line stays true.  Two phases (through a temporary
+    name) because a rotation renames several files at once, each onto a name another one leaves."""
+    if not renames:
+        return
+    with store.transaction():
+        for phase in (0, 1):
+            for p in renames:
+                tmp = f"\x00renamed:{p.prev['source_id']}"
+                src, dst = (p.prev["path"], tmp) if phase == 0 else (tmp, p.file.rel_path)
+                for table in LOADED_TABLES:
+                    if table == "frames":
+                        continue
+                    col = "file" if table == "http_requests" else "path"
+                    store.con.execute(f"UPDATE {physical(table)} SET {col} = ? WHERE engine = ? AND {col} = ?",
+                                      [dst, p.file.engine, src])
+        for p in renames:
+            store.con.execute(
+                "UPDATE sources SET path = ?, abs_path = ?, rotation = ?, node = ?, compressed = ? WHERE source_id = ?",
+                [p.file.rel_path, str(p.file.abs_path), p.file.rotation, p.file.node, p.compressed,
+                 p.prev["source_id"]])
+            p.prev = dict(p.prev, path=p.file.rel_path, abs_path=str(p.file.abs_path))
+            _bump(store, p.file.engine)
+
+
+def _parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: Progress):
+    """Parse files in worker processes (each writes its row batches as Arrow IPC files), load here:
+    DuckDB has one writer, and loading overlaps the workers' parsing."""
+    tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
+    ctx = multiprocessing.get_context("spawn")     # polars' threads do not survive fork
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            futures = {pool.submit(parse_to_ipc, p.job(), str(tmp / f"f{i}")): p for i, p in enumerate(work)}
+            for fut in as_completed(futures):
+                p = futures[fut]
+                manifest, outcome = fut.result()
+                yield p, _load_file(store, p, _read_ipc(manifest, outcome))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], FileOutcome]:
+    """Worker: parse one file, spill each batch to an Arrow IPC file; errors travel back in the outcome."""
+    manifest: list[tuple[str, str]] = []
+    gen = parse_file(job)
+    try:
+        while True:
+            try:
+                table, rows = next(gen)
+            except StopIteration as stop:
+                return manifest, stop.value or FileOutcome()
+            df = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)
+            path = f"{prefix}-{len(manifest)}-{table}.arrow"
+            df.write_ipc(path, compression="lz4")
+            manifest.append((table, path))
+    except InputError as e:
+        return [], FileOutcome(status=f"error: {e}")
+
+
+def _read_ipc(manifest: list[tuple[str, str]], outcome: FileOutcome):
+    if outcome.status.startswith("error:"):
+        raise InputError(outcome.status[len("error: "):])
+    for table, path in manifest:
+        yield table, pl.read_ipc(path, memory_map=False)
+        os.unlink(path)
+    return outcome
 
 
 def _forget(store: Store, row: dict) -> None:
-    """Drop everything read from a source whose content changed under the same name."""
-    with store.transaction():
-        for table in sorted(LOADED_TABLES, key=lambda t: t != "frames"):  # frames before their stacks
-            col = "file" if table == "http_requests" else "path"
-            if table == "frames":
-                store.con.execute(
-                    "DELETE FROM frames WHERE dump_id IN (SELECT dump_id FROM t_stacks WHERE engine = ? AND path = ?)",
-                    [row["engine"], row["path"]])
-                continue
-            store.con.execute(f"DELETE FROM {physical(table)} WHERE engine = ? AND {col} = ?",
-                              [row["engine"], row["path"]])
-        store.con.execute("DELETE FROM sources WHERE source_id = ?", [row["source_id"]])
+    """Drop everything read from a source whose content changed under the same name (caller's transaction)."""
+    for table in sorted(LOADED_TABLES, key=lambda t: t != "frames"):  # frames before their stacks
+        col = "file" if table == "http_requests" else "path"
+        if table == "frames":
+            store.con.execute(
+                "DELETE FROM frames WHERE dump_id IN (SELECT dump_id FROM t_stacks WHERE engine = ? AND path = ?)",
+                [row["engine"], row["path"]])
+            continue
+        store.con.execute(f"DELETE FROM {physical(table)} WHERE engine = ? AND {col} = ?",
+                          [row["engine"], row["path"]])
+    store.con.execute("DELETE FROM sources WHERE source_id = ?", [row["source_id"]])
 
 
 def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, compressed: bool, lines: int,
@@ -185,25 +432,12 @@ def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, com
     }])
 
 
-def _append_parsed(store: Store, parsed: Parsed) -> None:
-    for table in LOADED_TABLES:
-        rows = parsed.tables.get(table)
-        if rows is None:
-            continue
-        if isinstance(rows, pl.DataFrame):
-            if rows.height:
-                store.append(table, rows.to_arrow())
-        elif rows:
-            store.append(table, rows)
-
-
-def _ingest_log(store: Store, f: EvidenceFile, start_offset: int, start_line: int) -> tuple[int, int, int, str | None]:
+def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOutcome) -> Iterator[Parsed]:
     head = head_text(f.abs_path).splitlines()
     ctx = FileContext(engine=f.engine, path=f.rel_path,
                       default_year=datetime.fromtimestamp(f.abs_path.stat().st_mtime).year,
                       compose=detect_compose(head))
-    lines = unparsed = 0
-    end_offset = start_offset
+    out.read_bytes = start_offset
     held: list[str] = []
     held_first = start_line
     for chunk in iter_chunks(f.abs_path, start_offset, start_line):
@@ -219,16 +453,15 @@ def _ingest_log(store: Store, f: EvidenceFile, start_offset: int, start_line: in
             held_first = first + len(block)
         if body:
             parsed = parse_chunk(body, first, ctx)
-            _append_parsed(store, parsed)
-            lines += parsed.lines
-            unparsed += parsed.unparsed
-        end_offset = chunk.end_offset
+            out.lines += parsed.lines
+            out.unparsed += parsed.unparsed
+            yield parsed
+        out.read_bytes = chunk.end_offset
     if held:
         parsed = parse_chunk(held, held_first, ctx)
-        _append_parsed(store, parsed)
-        lines += parsed.lines
-        unparsed += parsed.unparsed
-    return lines, unparsed, end_offset, None
+        out.lines += parsed.lines
+        out.unparsed += parsed.unparsed
+        yield parsed
 
 
 # Parser of each stack-dump kind (see evidence.detect_kind); each returns a pyspy.Dump.
@@ -241,13 +474,17 @@ STACK_PARSERS: dict[str, Callable[[list[str], int], pyspy.Dump]] = {
 }
 
 
-def _read_lines(f: EvidenceFile) -> list[str]:
-    return [s for chunk in iter_chunks(f.abs_path) for s in chunk.lines]
+def _read_lines(f: EvidenceFile, out: FileOutcome) -> list[str]:
+    lines: list[str] = []
+    for chunk in iter_chunks(f.abs_path):
+        lines.extend(chunk.lines)
+        out.read_bytes = chunk.end_offset
+    return lines
 
 
-def _ingest_stacks(store: Store, f: EvidenceFile, kind: str, mtime: float) -> tuple[int, int]:
+def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome) -> Iterator[tuple[str, list[dict]]]:
     """A standalone stack dump: threads and frames; every line it does not consume is kept in ``unparsed``."""
-    text_lines = _read_lines(f)
+    text_lines = _read_lines(f, out)
     dump = STACK_PARSERS[kind](text_lines, 1)
     ts = datetime.fromtimestamp(mtime)           # captures carry no time of their own: the file's mtime
     stacks: list[dict] = []
@@ -257,56 +494,47 @@ def _ingest_stacks(store: Store, f: EvidenceFile, kind: str, mtime: float) -> tu
     one_process = len({p.pid for p in dump.processes}) <= 1 and not any(p.parent_pid for p in dump.processes)
     place_rank = (rank_from_place(f.rel_path, f.engine) or "") if one_process else ""
     dump_rows(dump, f"{f.engine}:{f.rel_path}", f.engine, f.rel_path, ts, place_rank, "standalone", stacks, frames)
-    store.append("stacks", stacks)
-    store.append("frames", frames)
     # Accounting by construction: a line is parsed only if the parser consumed it.
     un = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": text_lines[i]}
           for i in range(len(text_lines)) if i not in dump.consumed]
-    store.append("unparsed", un)
-    return len(text_lines), len(un)
+    out.lines, out.unparsed = len(text_lines), len(un)
+    yield "stacks", stacks
+    yield "frames", frames
+    yield "unparsed", un
 
 
-def _ingest_capture_error(store: Store, f: EvidenceFile) -> tuple[int, int, str]:
-    """A failed capture: its text is kept verbatim (in ``unparsed``: it holds no stack) and the reason returned."""
-    text_lines = _read_lines(f)
-    store.append("unparsed", [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": s}
-                              for i, s in enumerate(text_lines)])
-    return len(text_lines), len(text_lines), capture_error_reason(text_lines)
+def _parse_capture_error(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, list[dict]]]:
+    """A failed capture: its text is kept verbatim (in ``unparsed``: it holds no stack), the reason in status."""
+    text_lines = _read_lines(f, out)
+    out.lines = out.unparsed = len(text_lines)
+    out.status = capture_error_reason(text_lines)
+    yield "unparsed", [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": s}
+                       for i, s in enumerate(text_lines)]
 
 
-def _ingest_gpu(store: Store, f: EvidenceFile) -> tuple[int, int, int]:
-    n = bad = end = 0
+def _parse_gpu(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, pl.DataFrame]]:
     header: str | None = None
     for chunk in iter_chunks(f.abs_path):
-        lines = chunk.lines
+        lines, first = chunk.lines, chunk.first_line
         if header is None and lines:
             header = lines[0] if gpu.HEADER_RE.match(lines[0]) else ""
         elif header:
-            lines = [header, *lines]                  # later chunks: the same columns
-        samples, unparsed = gpu.parse_samples(lines, chunk.first_line - (1 if lines is not chunk.lines else 0),
-                                              f.engine, f.rel_path)
-        store.append("gpu_samples", samples.to_arrow())
-        store.append("unparsed", unparsed.to_arrow())
-        n += len(chunk.lines)
-        bad += unparsed.height
-        end = chunk.end_offset
-    return n, bad, end
+            lines, first = [header, *lines], first - 1     # later chunks: the same columns
+        samples, unparsed = gpu.parse_samples(lines, first, f.engine, f.rel_path)
+        out.lines += len(chunk.lines)
+        out.unparsed += unparsed.height
+        out.read_bytes = chunk.end_offset
+        yield "gpu_samples", samples
+        yield "unparsed", unparsed
 
 
-def _ingest_unknown(store: Store, f: EvidenceFile) -> tuple[int, int, int]:
-    n = 0
-    end = 0
+def _parse_unknown(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, pl.DataFrame]]:
     for chunk in iter_chunks(f.abs_path):
-        df = pl.DataFrame({
+        yield "unparsed", pl.DataFrame({
             "engine": f.engine, "path": f.rel_path,
             "line": pl.int_range(chunk.first_line, chunk.first_line + len(chunk.lines), eager=True),
             "text": pl.Series(chunk.lines, dtype=pl.String),
         })
-        store.append("unparsed", df.to_arrow())
-        n += len(chunk.lines)
-        end = chunk.end_offset
-    return n, n, end
-
-
-def now() -> float:
-    return time.time()
+        out.lines += len(chunk.lines)
+        out.unparsed += len(chunk.lines)
+        out.read_bytes = chunk.end_offset
