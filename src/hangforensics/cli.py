@@ -95,6 +95,30 @@ def analyze(
 
 
 @app.command()
+def scan(
+    root: Annotated[Path, typer.Argument(help="Fleet folder: each immediate subfolder is one engine.")],
+    db: Annotated[Path, typer.Option("--db", help="DuckDB file kept between scans.")] = DEFAULT_DB,
+    out: Annotated[Path | None, typer.Option("--out", help="Write index.html and one report per incident here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the findings document with incidents.")] = None,
+    fail_on: Annotated[str | None, typer.Option("--fail-on", help="Exit 1 on a finding this severe or worse.")] = None,
+    wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for a running scan of the same database.")] = 0.0,
+    jobs: Annotated[int | None, typer.Option("--jobs", help="Parser processes (default: every core).")] = None,
+) -> None:
+    """The nightly fleet job: incremental ingest of every engine under ROOT, rules, incidents, reports."""
+    from .scan import scan as run_scan
+
+    if fail_on is not None and fail_on not in SEVERITY_RANK:
+        raise HangforensicsError(f"--fail-on must be one of {', '.join(SEVERITY_RANK)}")
+    res = run_scan(root, db, out=out, json_out=json_out, wait_s=wait, jobs=jobs, progress=Progress())
+    ing = res.ingest
+    typer.echo(f"scan {res.scan_id}: {len(ing.engines)} engine(s), {ing.files_read} file(s) read "
+               f"({ing.bytes_read / 1e6:.1f} MB), {ing.files_skipped} unchanged, {ing.files_vanished} vanished; "
+               f"{len(res.analyzed)} engine(s) re-analyzed; {len(res.incidents)} incident(s), "
+               f"{len(res.new_incidents)} new; {res.seconds:.1f} s", err=True)
+    _fail_on_exit(res.document, fail_on)
+
+
+@app.command()
 def sql(
     query: Annotated[str, typer.Argument(help="One read-only SQL query over the views (sources, events, batches, ...).")],
     db: Annotated[Path, typer.Option("--db", help="DuckDB file.")] = DEFAULT_DB,

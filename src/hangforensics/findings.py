@@ -60,6 +60,9 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
         store.con.execute("DELETE FROM findings WHERE list_contains(?, engine)", [engines])
         base = store.scalar("SELECT COALESCE(MAX(finding_id), 0) FROM findings")
         store.append("findings", [dict(f, finding_id=base + i + 1) for i, f in enumerate(found)])
+        # the findings now reflect the engines' data as of this transaction
+        store.con.execute("UPDATE engine_state SET analyzed_version = data_version WHERE list_contains(?, engine)",
+                          [engines])
     return found
 
 

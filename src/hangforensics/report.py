@@ -223,14 +223,18 @@ def stack_tree(store: Store, engine: str) -> list[dict[str, Any]]:
     return out
 
 
-def render_report(store: Store, engines: list[str], found: list[dict[str, Any]], title_path: str = "") -> str:
+def render_report(store: Store, engines: list[str], found: list[dict[str, Any]], title_path: str = "",
+                  segment: int | None = None) -> str:
+    """The postmortem report of ``engines``; ``segment`` scopes it to one run of the server (an incident)."""
     rules = {r.id: r for r in load_rules()}
     sections = []
+    seg_sql = "" if segment is None else f" AND segment = {int(segment)}"
     for engine in engines:
         fs = [f for f in found if f["engine"] == engine]
-        stalls = store.query("SELECT * FROM stalls WHERE engine = ? ORDER BY onset DESC", [engine])
+        stalls = store.query(f"SELECT * FROM stalls WHERE engine = ?{seg_sql} ORDER BY onset DESC", [engine])
         stall = stalls[0] if stalls else None
-        freezes = store.query("SELECT * FROM freezes WHERE engine = ? ORDER BY ts DESC NULLS LAST", [engine])
+        freezes = store.query(f"SELECT * FROM freezes WHERE engine = ?{seg_sql} ORDER BY ts DESC NULLS LAST",
+                              [engine])
         freeze = freezes[0] if freezes else None
         wanted = {(e["file"], e["line"]) for f in fs for e in (f["evidence"] or [])}
         text = excerpts(store, engine, wanted)
@@ -263,3 +267,83 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
         sections=sections, title_path=title_path, version=__version__,
         generated=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
     )
+
+
+def render_incident(store: Store, incident: dict[str, Any]) -> str:
+    """One incident's report: its engine's report scoped to the incident's run and findings."""
+    fs = store.query("SELECT * EXCLUDE (finding_id) FROM findings WHERE engine = ? ORDER BY finding_id",
+                     [incident["engine"]])
+    from .incidents import _segment_of
+    from .analysis import segments_of
+
+    segs = segments_of(store, incident["engine"])
+    mine = [f for f in fs if _segment_of(segs, f["ts"]) == incident["segment"] or f["ts"] is None]
+    return render_report(store, [incident["engine"]], mine,
+                         title_path=f"incident {incident['incident_id']}", segment=incident["segment"])
+
+
+def render_fleet_index(store: Store, scan_id: int) -> str:
+    """The fleet view: incidents, recurrence, signatures, shared configuration, blind probes, new vs known."""
+    incidents = store.query("SELECT * FROM incidents ORDER BY onset DESC NULLS LAST, engine")
+    engines = store.query(
+        "SELECT engine, count(*) AS files, sum(bytes) AS bytes, sum(lines) AS lines, "
+        "sum(unparsed_lines) AS unparsed, count(*) FILTER (WHERE status = 'vanished') AS vanished "
+        "FROM sources GROUP BY engine ORDER BY engine")
+    per_day = store.query(
+        "SELECT CAST(onset AS DATE) AS day, count(*) AS incidents, count(DISTINCT engine) AS engines, "
+        "sum(watchdog_kills) AS kills FROM incidents WHERE onset IS NOT NULL GROUP BY ALL ORDER BY day")
+    recurrence = store.query(
+        "SELECT engine, count(*) AS incidents, sum(watchdog_kills) AS kills, min(onset) AS first, "
+        "max(onset) AS last FROM incidents GROUP BY engine HAVING count(*) > 1 OR sum(watchdog_kills) > 0 "
+        "ORDER BY kills DESC, incidents DESC, engine")
+    signatures = store.query(
+        "SELECT sig, count(*) AS incidents, count(DISTINCT engine) AS engines FROM "
+        "(SELECT engine, unnest(signatures) AS sig FROM incidents) GROUP BY sig ORDER BY incidents DESC")
+    blind = store.query(
+        "SELECT engine, count(*) AS incidents, max(health_blind_s) AS longest_s FROM incidents "
+        "WHERE health_blind_s IS NOT NULL GROUP BY engine ORDER BY longest_s DESC")
+    facts = shared_facts(store)
+    scan = store.query("SELECT * FROM scans WHERE scan_id = ?", [scan_id])
+    prev = store.query("SELECT * FROM scans WHERE scan_id < ? AND finished_at IS NOT NULL ORDER BY scan_id DESC "
+                       "LIMIT 1", [scan_id])
+    rows = []
+    for i in incidents:
+        rows.append({**i, "onset_s": iso(i["onset"]) or "", "ended_s": iso(i["ended"]) or "",
+                     "new": i["first_seen_scan"] == scan_id, "sev_rank": SEVERITIES.index(i["severity"]),
+                     "blind_min": round(i["health_blind_s"] / 60, 1) if i["health_blind_s"] else None})
+    return _env().get_template("fleet.html.j2").render(
+        incidents=rows, engines=engines, per_day=per_day, recurrence=recurrence, signatures=signatures,
+        blind=blind, facts=facts, scan=scan[0] if scan else None, prev=prev[0] if prev else None,
+        n_new=sum(1 for r in rows if r["new"]), version=__version__,
+        generated=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+        kills=sum(i["watchdog_kills"] or 0 for i in incidents),
+        kill_engines=len({i["engine"] for i in incidents if i["watchdog_kills"]}),
+    )
+
+
+FACT_COLUMNS = ("enable_symm_mem", "enable_dp_attention", "enable_hicache", "disaggregation_mode", "tp_size",
+                "health_generation", "nccl_version", "torch_version", "model", "release_hint")
+
+
+def shared_facts(store: Store) -> list[dict[str, Any]]:
+    """Configuration values shared by every engine of a group (all stalled engines, and the engines of
+    each signature), with how common the same value is among the other engines."""
+    facts = store.query(
+        "SELECT f.*, (SELECT count(*) FROM incidents i WHERE i.engine = f.engine AND i.kind = 'stall') AS stalls, "
+        "(SELECT list(DISTINCT s) FROM (SELECT unnest(signatures) AS s FROM incidents i WHERE i.engine = f.engine)) "
+        "AS sigs FROM engine_facts f")
+    groups = [("every stalled engine", [f for f in facts if f["stalls"]])]
+    for sig in sorted({s for f in facts for s in (f["sigs"] or [])}):
+        groups.append((f"signature {sig}", [f for f in facts if sig in (f["sigs"] or [])]))
+    out = []
+    for label, hit in groups:
+        if not hit:
+            continue
+        rest = [f for f in facts if f not in hit]
+        for col in FACT_COLUMNS:
+            values = {str(f[col]) for f in hit}
+            if len(values) == 1 and next(iter(values)) not in ("None", "", "null"):
+                v = next(iter(values))
+                out.append({"group": label, "fact": col, "value": v, "affected": len(hit),
+                            "unaffected_with_it": sum(1 for f in rest if str(f[col]) == v), "unaffected": len(rest)})
+    return out

@@ -1,0 +1,156 @@
+"""The nightly fleet scan: incremental ingest of every engine, rules, incidents, reports.
+
+Safe from cron: one scan per database at a time (an advisory lock beside the
+database file; a second scan waits up to ``wait_s`` or stops with a clear
+message); every file is loaded in its own transaction and an engine's
+findings are recomputed whenever its data changed since they were computed
+(``engine_state``), so a scan killed halfway is completed by the next one
+without duplicates.  When nothing changed nothing is parsed, and rules and
+reports are not recomputed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from . import findings as findings_mod
+from . import incidents as incidents_mod
+from .errors import DatabaseBusyError, InputError
+from .evidence import Workspace
+from .ingest import IngestResult, ingest_files
+from .progress import Progress
+from .store import Store
+
+
+@dataclass
+class ScanResult:
+    scan_id: int
+    ingest: IngestResult
+    analyzed: list[str]
+    incidents: list[dict[str, Any]]
+    document: dict[str, Any]
+    reports_written: int = 0
+    seconds: float = 0.0
+    index: Path | None = None
+    new_incidents: list[str] = field(default_factory=list)
+
+
+class ScanLock:
+    """An exclusive advisory lock on ``<db>.lock``, holding the owner's pid for the message."""
+
+    def __init__(self, db: Path, wait_s: float = 0.0) -> None:
+        self.path = Path(f"{db}.lock")
+        self.wait_s = wait_s
+        self.fd: int | None = None
+
+    def __enter__(self) -> ScanLock:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise InputError(f"cannot create lock file {self.path}: {e.strerror or e}") from e
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    owner = os.pread(self.fd, 200, 0).decode(errors="replace").strip() or "another process"
+                    os.close(self.fd)
+                    self.fd = None
+                    raise DatabaseBusyError(
+                        f"another scan is running on {self.path.with_suffix('')} ({owner}); "
+                        f"it was not disturbed (use --wait SECONDS to wait for it)") from None
+                time.sleep(0.2)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"pid {os.getpid()}, started {datetime.now():%Y-%m-%d %H:%M:%S}".encode(), 0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = None, wait_s: float = 0.0,
+         jobs: int | None = None, progress: Progress | None = None) -> ScanResult:
+    """Scan the fleet at ``root`` (its immediate subfolders are engines) into ``db``."""
+    t0 = time.monotonic()
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(f"{root} is not a folder of engines")
+    jobs = jobs or os.cpu_count() or 1
+    with ScanLock(db, wait_s), Workspace() as ws, Store(db) as store:
+        _, files = ws.resolve(root, "fleet")
+        scan_id = (store.scalar("SELECT COALESCE(max(scan_id), 0) FROM scans") or 0) + 1
+        started = datetime.now()
+        store.append("scans", [{"scan_id": scan_id, "root": str(root.resolve()), "started_at": started}])
+        engines = sorted({f.engine for f in files})
+        res = ingest_files(store, root, files, progress, jobs=jobs, vanish_engines=engines)
+        stale = [r["engine"] for r in store.query(
+            "SELECT s.engine FROM (SELECT DISTINCT engine FROM sources) s LEFT JOIN engine_state e USING (engine) "
+            "WHERE e.engine IS NULL OR e.analyzed_version < e.data_version ORDER BY 1")]
+        if stale:
+            findings_mod.run_rules(store, engines=stale)
+            with store.transaction():
+                incidents_mod.rebuild(store, stale, scan_id)
+        found = findings_mod.stored_findings(store)
+        doc = findings_mod.document(found)
+        incidents = store.query("SELECT * FROM incidents ORDER BY onset DESC NULLS LAST, engine")
+        doc["incidents"] = [_incident_json(i, scan_id) for i in incidents]
+        written = 0
+        index = None
+        if out is not None:
+            from .report import render_fleet_index, render_incident
+
+            out = Path(out)
+            (out / "incidents").mkdir(parents=True, exist_ok=True)
+            for inc in incidents:
+                target = out / "incidents" / f"{inc['incident_id']}.html"
+                if inc["engine"] in stale or not target.exists():
+                    _write(target, render_incident(store, inc))
+                    written += 1
+            index = out / "index.html"
+            if stale or written or not index.exists():
+                _write(index, render_fleet_index(store, scan_id))
+        store.con.execute(
+            "UPDATE scans SET finished_at = ?, files_read = ?, files_unchanged = ?, files_vanished = ?, "
+            "engines_changed = ?, bytes_read = ? WHERE scan_id = ?",
+            [datetime.now(), res.files_read, res.files_skipped, res.files_vanished, len(stale), res.bytes_read,
+             scan_id])
+    if json_out is not None:
+        _write(Path(json_out), json.dumps(doc, indent=2) + "\n")
+    return ScanResult(scan_id, res, stale, incidents, doc, written, time.monotonic() - t0, index,
+                      [i["incident_id"] for i in incidents if i["first_seen_scan"] == scan_id])
+
+
+def _incident_json(i: dict[str, Any], scan_id: int) -> dict[str, Any]:
+    from .findings import iso
+
+    return {
+        "id": i["incident_id"], "engine": i["engine"], "kind": i["kind"], "severity": i["severity"],
+        "onset": iso(i["onset"]), "ended": iso(i["ended"]), "end_reason": i["end_reason"], "rules": i["rules"],
+        "signatures": i["signatures"], "findings": i["n_findings"], "watchdog_kills": i["watchdog_kills"],
+        "health_blind_s": i["health_blind_s"], "new": i["first_seen_scan"] == scan_id,
+        "report": f"incidents/{i['incident_id']}.html", "title": i["title"],
+    }
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)                       # readers never see half a report
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror or e}") from e
