@@ -24,7 +24,7 @@ from .capture_errors import capture_error_reason
 from .clock import align_engine_clocks
 from .errors import InputError
 from .evidence import STACK_KINDS, EvidenceFile, Workspace, detect_kind
-from .logfile import detect_compose, head_hash, head_text, is_gzip, iter_chunks
+from .logfile import HEAD_BYTES, detect_compose, head_hash, head_text, is_gzip, iter_chunks
 from .progress import Progress
 from .sglang_log import FileContext, Parsed, last_record_start, parse_chunk
 from .stackrows import dump_rows, rank_from_place, ranks_from_pids
@@ -184,7 +184,12 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
         except (InputError, OSError, EOFError):
             kind, hhash, compressed = "unreadable", "", False
         prev = rows.get(str(f.abs_path))
-        if prev is not None and prev["head_hash"] == hhash and prev["kind"] == kind:
+        same_start = prev is not None and prev["head_hash"] == hhash
+        if prev is not None and not same_start and kind == prev["kind"] and hhash \
+                and 0 < (prev["read_bytes"] or 0) < HEAD_BYTES:
+            # a small file that grew: what was read is a prefix of it (the stored hash covers only that)
+            same_start = head_hash(f.abs_path, prev["read_bytes"]) == prev["head_hash"]
+        if prev is not None and same_start and prev["kind"] == kind:
             claimed.add(prev["abs_path"])
             if prev["bytes"] == st.st_size and abs((prev["mtime"] or 0) - st.st_mtime) < 1e-6:
                 plans.append(Plan(f, "skip", kind, st, hhash, compressed, prev))
@@ -399,7 +404,7 @@ def _read_ipc(manifest: list[tuple[str, str]], outcome: FileOutcome):
     if outcome.status.startswith("error:"):
         raise InputError(outcome.status[len("error: "):])
     for table, path in manifest:
-        yield table, pl.read_ipc(path, memory_map=False)
+        yield table, pl.read_ipc(path)
         os.unlink(path)
     return outcome
 

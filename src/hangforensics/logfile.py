@@ -54,10 +54,10 @@ def head_text(path: Path, nbytes: int = HEAD_BYTES) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def head_hash(path: Path) -> str:
-    """Identity of a file's content start: survives renames and gzip (hash of decompressed head)."""
+def head_hash(path: Path, nbytes: int = HEAD_BYTES) -> str:
+    """Identity of a file's content start: survives renames and gzip (hash of the decompressed head)."""
     with open_binary(path) as f:
-        data = f.read(HEAD_BYTES)
+        data = f.read(min(nbytes, HEAD_BYTES))
     return hashlib.sha1(data).hexdigest()
 
 

@@ -1,0 +1,197 @@
+"""The nightly scan: incremental ingest (unchanged, appended, rotated, compressed, deleted), killed and
+concurrent scans, the database while a scan writes, and the fleet index."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, REPO, LogWriter, requires_shared
+
+from hangforensics.errors import DatabaseBusyError
+from hangforensics.scan import ScanLock, scan
+from hangforensics.store import Store
+
+COUNTS = ("SELECT (SELECT count(*) FROM batches) AS batches, (SELECT count(*) FROM http_requests) AS http, "
+          "(SELECT count(*) FROM events) AS events, (SELECT count(*) FROM stacks) AS stacks, "
+          "(SELECT count(*) FROM leak_reports) AS leaks, (SELECT count(*) FROM unparsed) AS unparsed, "
+          "(SELECT count(*) FROM findings) AS findings, (SELECT count(*) FROM incidents) AS incidents")
+
+
+def counts(db: Path) -> dict:
+    with Store(db) as st:
+        return st.query(COUNTS)[0]
+
+
+def hf(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hangforensics", *args], capture_output=True, text=True,
+                          timeout=600, **kw)
+
+
+def _fleet(tmp_path: Path) -> Path:
+    fleet = tmp_path / "fleet"
+    stalled = LogWriter(tp=2)
+    stalled.startup().traffic(10, 200).posts(202, 560).probes(205, 560)
+    for r in range(2):
+        stalled.watchdog(520, f"TP{r}")
+    stalled.write(fleet / "gpu1-stalled")
+    LogWriter(start="2026-05-01 11:00:00").startup().traffic(10, 300).write(fleet / "gpu2-healthy")
+    return fleet
+
+
+@requires_shared()
+def test_scan_of_the_sample_fleet_scores_and_indexes_every_incident(tmp_path: Path):
+    out, js, db = tmp_path / "out", tmp_path / "scan.json", tmp_path / "fleet.duckdb"
+    p = hf("scan", str(EXAMPLES / "fleet"), "--db", str(db), "--out", str(out), "--json", str(js))
+    assert p.returncode == 0, p.stderr
+    score = subprocess.run([sys.executable, str(EXAMPLES / "score.py"), str(EXAMPLES / "truth.json"), str(js)],
+                           capture_output=True, text=True)
+    assert score.returncode == 0, score.stdout
+    doc = json.loads(js.read_text())
+    index = (out / "index.html").read_text()
+    assert doc["incidents"]
+    for inc in doc["incidents"]:
+        assert (out / inc["report"]).is_file()
+        assert f'href="{inc["report"]}"' in index
+        assert inc["new"] is True
+    before = counts(db)
+    again = hf("scan", str(EXAMPLES / "fleet"), "--db", str(db), "--out", str(out), "--json", str(js))
+    assert again.returncode == 0 and "0 file(s) read" in again.stderr and "0 engine(s) re-analyzed" in again.stderr
+    assert counts(db) == before
+    assert all(i["new"] is False for i in json.loads(js.read_text())["incidents"])
+
+
+def test_incremental_append_rotate_compress_delete(tmp_path: Path):
+    fleet = _fleet(tmp_path)
+    db = tmp_path / "h.duckdb"
+    log = fleet / "gpu2-healthy" / "server.log"
+    first = scan(fleet, db)
+    assert first.ingest.files_read == 2 and not first.new_incidents == []
+    base = counts(db)
+
+    # unchanged: nothing read, nothing re-analyzed
+    res = scan(fleet, db)
+    assert (res.ingest.files_read, res.analyzed) == (0, []) and counts(db) == base
+
+    # appended: only the new lines are read
+    extra = "".join(f"[2026-05-01 11:06:{s:02d} TP0] Decode batch, #running-req: 2, #token: 90, token usage: 0.00, "
+                    f"cuda graph: True, gen throughput (token/s): 10.00, #queue-req: 0\n" for s in range(5))
+    with log.open("a") as f:
+        f.write(extra)
+    res = scan(fleet, db)
+    assert res.ingest.files_read == 1 and res.ingest.bytes_read == len(extra.encode())
+    assert res.analyzed == ["gpu2-healthy"]
+    assert counts(db)["batches"] == base["batches"] + 5
+
+    # rotated by rename: server.log -> server.log.1, a new server.log starts
+    log.rename(log.with_name("server.log.1"))
+    LogWriter(start="2026-05-01 12:00:00").traffic(0, 9).write(log.parent)
+    res = scan(fleet, db)
+    c = counts(db)
+    assert res.ingest.files_renamed == 1
+    assert c["batches"] == base["batches"] + 5 + 10                      # nothing read twice
+    with Store(db) as st:
+        paths = {r["path"] for r in st.query("SELECT DISTINCT path FROM batches WHERE engine = 'gpu2-healthy'")}
+        assert paths == {"gpu2-healthy/server.log", "gpu2-healthy/server.log.1"}   # evidence follows the rename
+        last_batch = max(i for i, t in enumerate(log.read_text().splitlines(), 1) if "batch" in t)
+        assert st.scalar("SELECT max(line) FROM batches WHERE path = 'gpu2-healthy/server.log'") == last_batch
+
+    # a gzip copy replaces the rotated file: known content, not read again
+    old = log.with_name("server.log.1")
+    with gzip.open(log.with_name("server.log.1.gz"), "wb") as z:
+        z.write(old.read_bytes())
+    old.unlink()
+    res = scan(fleet, db)
+    assert counts(db)["batches"] == c["batches"]
+    with Store(db) as st:
+        assert st.scalar("SELECT count(*) FROM batches WHERE path = 'gpu2-healthy/server.log.1.gz'") > 0
+        assert st.scalar("SELECT count(*) FROM batches WHERE path = 'gpu2-healthy/server.log.1'") == 0
+
+    # deleted: noted as vanished, its data kept
+    log.with_name("server.log.1.gz").unlink()
+    res = scan(fleet, db)
+    assert res.ingest.files_vanished == 1
+    with Store(db) as st:
+        assert st.scalar("SELECT status FROM sources WHERE path = 'gpu2-healthy/server.log.1.gz'") == "vanished"
+        assert st.scalar("SELECT count(*) FROM batches WHERE path = 'gpu2-healthy/server.log.1.gz'") > 0
+    assert counts(db)["batches"] == c["batches"]
+
+
+def test_a_killed_scan_is_completed_by_the_next_without_duplicates(tmp_path: Path):
+    fleet = tmp_path / "fleet"
+    subprocess.run([sys.executable, str(REPO / "bench" / "generate.py"), "fleet", str(fleet), "--engines", "30",
+                    "--mb-per-engine", "1.5"], check=True)
+    clean_db = tmp_path / "clean.duckdb"
+    scan(fleet, clean_db, jobs=1)
+    clean = counts(clean_db)
+    db = tmp_path / "killed.duckdb"
+    proc = subprocess.Popen([sys.executable, "-m", "hangforensics", "scan", str(fleet), "--db", str(db), "--jobs", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not Path(f"{db}.wal").exists() and not db.exists():
+        time.sleep(0.05)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    res = scan(fleet, db, jobs=1)
+    assert counts(db) == clean
+    with Store(db) as st:
+        assert st.scalar("SELECT count(*) FROM scans WHERE finished_at IS NOT NULL") == 1
+        dup = st.scalar("SELECT count(*) FROM (SELECT engine, path, line FROM batches GROUP BY ALL HAVING count(*) > 1)")
+        assert dup == 0
+    assert res.ingest.files_read + res.ingest.files_skipped == 30
+
+
+def test_a_second_scan_waits_or_says_why(tmp_path: Path):
+    fleet = _fleet(tmp_path)
+    db = tmp_path / "h.duckdb"
+    with ScanLock(db):
+        p = hf("scan", str(fleet), "--db", str(db))
+        assert p.returncode == 2 and "another scan is running" in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+        with pytest.raises(DatabaseBusyError):
+            scan(fleet, db, wait_s=0.3)
+    waiter = subprocess.Popen([sys.executable, "-m", "hangforensics", "scan", str(fleet), "--db", str(db),
+                               "--wait", "30"], stderr=subprocess.PIPE, text=True)
+    with ScanLock(db):
+        time.sleep(1.0)                               # the waiter polls while we hold the lock
+    _, err = waiter.communicate(timeout=120)
+    assert waiter.returncode == 0, err
+
+
+def test_sql_while_a_scan_writes_says_busy(tmp_path: Path):
+    fleet = _fleet(tmp_path)
+    db = tmp_path / "h.duckdb"
+    scan(fleet, db)
+    ok = hf("sql", "SELECT count(*) AS n FROM incidents", "--db", str(db), "--format", "json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)[0]["n"] >= 1
+    with Store(db):                                   # a writer holds the database, as a running scan does
+        p = hf("sql", "SELECT count(*) FROM incidents", "--db", str(db))
+    assert p.returncode == 2 and "busy" in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_fail_on_for_alerting(tmp_path: Path):
+    fleet = _fleet(tmp_path)
+    assert hf("scan", str(fleet), "--db", str(tmp_path / "a.duckdb"), "--fail-on", "critical").returncode == 1
+    quiet = tmp_path / "quiet"
+    LogWriter().startup().traffic(10, 100).write(quiet / "gpu9")
+    assert hf("scan", str(quiet), "--db", str(tmp_path / "b.duckdb"), "--fail-on", "warning").returncode == 0
+
+
+def test_parallel_and_serial_scans_agree(tmp_path: Path):
+    fleet = tmp_path / "fleet"
+    subprocess.run([sys.executable, str(REPO / "bench" / "generate.py"), "fleet", str(fleet), "--engines", "12",
+                    "--mb-per-engine", "6"], check=True)
+    scan(fleet, tmp_path / "serial.duckdb", jobs=1)
+    res = scan(fleet, tmp_path / "parallel.duckdb", jobs=2)
+    assert res.ingest.files_read == 12
+    assert counts(tmp_path / "serial.duckdb") == counts(tmp_path / "parallel.duckdb")
+    assert os.path.exists(tmp_path / "parallel.duckdb")
