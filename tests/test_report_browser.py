@@ -128,3 +128,75 @@ def test_stack_class_tree_folds_and_shows_classes_side_by_side(tmp_path: Path, p
     assert headers.count() == 3 and "TP0-1 (2)" in headers.first.inner_text()
     assert "collective-desync" in [page.locator("details.finding").nth(i).get_attribute("data-rule")
                                    for i in range(page.locator("details.finding").count())]
+
+
+def _fleet_index_db(tmp_path: Path, engines: int) -> Path:
+    """A database with ``engines`` engines and their incidents, as a nightly scan leaves it."""
+    from datetime import datetime, timedelta
+
+    from hangforensics.store import Store
+
+    db = tmp_path / f"fleet{engines}.duckdb"
+    t0 = datetime(2026, 4, 1)
+    with Store(db) as st:
+        st.append("scans", [{"scan_id": 1, "root": "/fleet", "started_at": t0, "finished_at": t0}])
+        st.append("sources", [{"source_id": i + 1, "path": f"eng-{i:04d}/server.log", "abs_path": f"/x/{i}",
+                               "engine": f"eng-{i:04d}", "kind": "server_log", "bytes": 1000 + i, "lines": 10 + i,
+                               "parsed_lines": 10 + i, "unparsed_lines": 0, "status": "ok"} for i in range(engines)])
+        st.append("incidents", [{
+            "incident_id": f"eng-{i:04d}-x", "engine": f"eng-{i:04d}", "segment": 0, "kind": "stall",
+            "onset": t0 + timedelta(minutes=7 * i), "ended": t0 + timedelta(minutes=7 * i + 6),
+            "end_reason": "watchdog kill", "severity": ["critical", "warning", "info"][i % 3],
+            "rules": ["stall-onset"], "signatures": ["symm-mem-window-register"] if i % 2 else [],
+            "n_findings": 3, "watchdog_kills": i % 2, "health_blind_s": float(i % 17) * 60, "ranks": ["TP0"],
+            "first_seen_scan": 1, "last_seen_scan": 1, "title": f"stall {i}"} for i in range(engines)])
+    return db
+
+
+def test_fleet_index_of_1000_engines_loads_and_sorts(tmp_path: Path, page_of):
+    import time
+
+    from hangforensics.report import render_fleet_index
+    from hangforensics.store import Store
+
+    with Store(_fleet_index_db(tmp_path, 1000)) as st:
+        html = render_fleet_index(st, 1)
+    out = tmp_path / "index.html"
+    out.write_text(html)
+    t = time.monotonic()
+    page, messages, requests = page_of(out)
+    load_s = time.monotonic() - t
+    assert messages == [] and requests == []
+    rows = page.locator("#incidents tbody tr")
+    assert rows.count() == 1000
+    assert "1000" in page.locator("#summary").inner_text()
+    blind = page.locator("#incidents th", has_text="/health blind")
+    blind.click()
+    first = page.locator("#incidents tbody tr").first.locator("td").nth(6).inner_text()
+    blind.click()
+    top = page.locator("#incidents tbody tr").first.locator("td").nth(6).inner_text()
+    assert float(top or 0) == 16.0 and float(first or 0) == 0.0      # ascending, then descending
+    page.locator("#filter").fill("eng-0042")
+    visible = page.locator("#incidents tbody tr:visible")
+    assert visible.count() == 1
+    assert load_s < 30                                               # loose: a usable page, not a benchmark
+
+
+def test_scan_index_links_every_incident_report(tmp_path: Path, page_of):
+    from hangforensics.scan import scan
+
+    fleet = tmp_path / "fleet"
+    log = LogWriter(tp=2)
+    log.startup().traffic(10, 200).posts(202, 560).probes(205, 560)
+    for r in range(2):
+        log.watchdog(520, f"TP{r}")
+    log.write(fleet / "gpu1")
+    LogWriter().startup().traffic(10, 100).write(fleet / "gpu2")
+    res = scan(fleet, tmp_path / "s.duckdb", out=tmp_path / "out")
+    page, messages, _ = page_of(res.index)
+    assert messages == []
+    links = page.locator("#incidents tbody a")
+    assert links.count() == len(res.incidents) == 1
+    links.first.click()
+    page.wait_for_load_state("load")
+    assert "stopped making forward progress" in page.locator("#verdict").inner_text()

@@ -273,8 +273,8 @@ def render_incident(store: Store, incident: dict[str, Any]) -> str:
     """One incident's report: its engine's report scoped to the incident's run and findings."""
     fs = store.query("SELECT * EXCLUDE (finding_id) FROM findings WHERE engine = ? ORDER BY finding_id",
                      [incident["engine"]])
-    from .incidents import _segment_of
     from .analysis import segments_of
+    from .incidents import _segment_of
 
     segs = segments_of(store, incident["engine"])
     mine = [f for f in fs if _segment_of(segs, f["ts"]) == incident["segment"] or f["ts"] is None]
