@@ -7,6 +7,7 @@ stopped; a file whose start changed is read again from scratch.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import shutil
@@ -16,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -26,7 +28,7 @@ from .errors import InputError
 from .evidence import STACK_KINDS, EvidenceFile, Workspace, detect_kind
 from .logfile import HEAD_BYTES, detect_compose, head_hash, head_text, is_gzip, iter_chunks
 from .progress import Progress
-from .sglang_log import FileContext, Parsed, last_record_start, parse_chunk
+from .sglang_log import FileContext, Parsed, parse_chunk
 from .stackrows import dump_rows, rank_from_place, ranks_from_pids
 from .store import LOADED_TABLES, Store, physical
 
@@ -191,7 +193,10 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
             same_start = head_hash(f.abs_path, prev["read_bytes"]) == prev["head_hash"]
         if prev is not None and same_start and prev["kind"] == kind:
             claimed.add(prev["abs_path"])
-            if prev["bytes"] == st.st_size and abs((prev["mtime"] or 0) - st.st_mtime) < 1e-6:
+            unchanged = prev["bytes"] == st.st_size and abs((prev["mtime"] or 0) - st.st_mtime) < 1e-6
+            if prev["status"] == "partial":
+                plans.append(Plan(f, "resume", kind, st, hhash, compressed, prev))   # an interrupted read
+            elif unchanged:
                 plans.append(Plan(f, "skip", kind, st, hhash, compressed, prev))
             elif kind == "server_log" and not compressed and st.st_size > (prev["bytes"] or 0):
                 plans.append(Plan(f, "resume", kind, st, hhash, compressed, prev))
@@ -283,6 +288,7 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, pl.DataFrame | list[dict]]]:
                 rows = parsed.tables.get(table)
                 if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
                     yield table, rows
+            yield CHECKPOINT, FileOutcome(out.lines, out.unparsed, out.read_bytes)   # whole records so far
     elif job.kind in STACK_KINDS:
         yield from _parse_stacks(f, job.kind, job.mtime, out)
     elif job.kind == "capture_error":
@@ -294,29 +300,52 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, pl.DataFrame | list[dict]]]:
     return out
 
 
-def _load_file(store: Store, p: Plan, batches: Iterator[tuple[str, pl.DataFrame | list[dict]]]) -> FileOutcome:
-    """Load one file's batches in one transaction, with its manifest row; a file that fails to read is
-    rolled back and recorded as unreadable, never sinking the whole ingest."""
+CHECKPOINT = "__checkpoint__"
+COMMIT_BYTES = 64 * 1024 * 1024
+
+
+def _load_file(store: Store, p: Plan, batches: Iterator[tuple[str, Any]]) -> FileOutcome:
+    """Load one file's batches with its manifest row.  A small file is one transaction; a large log is
+    committed every ``COMMIT_BYTES`` at a record boundary with its manifest row marked ``partial``
+    (a killed scan resumes there: memory stays bounded and nothing is read twice).  A file that
+    fails to read is rolled back to its last commit and recorded, never sinking the whole ingest."""
+    store.con.execute("BEGIN TRANSACTION")
     try:
-        with store.transaction():
-            if p.action == "read" and p.prev is not None:
-                _forget(store, p.prev)
-            outcome = FileOutcome()
-            while True:
-                try:
-                    table, rows = next(batches)
-                except StopIteration as stop:
-                    outcome = stop.value or outcome
-                    break
-                _append(store, table, rows)
-            _finish_source(store, p, outcome)
-            _bump(store, p.file.engine)
+        if p.action == "read" and p.prev is not None:
+            _forget(store, p.prev)
+        outcome, committed_at = FileOutcome(), p.job().start_offset
+        while True:
+            try:
+                table, rows = next(batches)
+            except StopIteration as stop:
+                outcome = stop.value or outcome
+                break
+            if table == CHECKPOINT:
+                if rows.read_bytes - committed_at >= COMMIT_BYTES:
+                    _finish_source(store, p, rows, status="partial")
+                    store.con.execute("COMMIT")
+                    store.con.execute("BEGIN TRANSACTION")
+                    committed_at = rows.read_bytes
+                continue
+            _append(store, table, rows)
+        _finish_source(store, p, outcome)
+        _bump(store, p.file.engine)
+        store.con.execute("COMMIT")
         return outcome
-    except InputError as e:
+    except BaseException as e:
+        store.con.execute("ROLLBACK")
+        if not isinstance(e, InputError):
+            raise
         with store.transaction():
-            if p.prev is not None and p.action == "read":
-                _forget(store, p.prev)
-            _record_source(store, p.file, "unreadable", p.st, p.head_hash, p.compressed, 0, 0, 0, status=f"error: {e}")
+            row = store.query("SELECT * FROM sources WHERE abs_path = ?", [str(p.file.abs_path)])
+            if row and row[0]["status"] == "partial":      # keep what was committed, say why it stopped
+                store.con.execute("UPDATE sources SET status = ? WHERE source_id = ?",
+                                  [f"error: {e}", row[0]["source_id"]])
+            else:
+                if p.prev is not None and p.action == "read":
+                    _forget(store, p.prev)
+                _record_source(store, p.file, "unreadable", p.st, p.head_hash, p.compressed, 0, 0, 0,
+                               status=f"error: {e}")
             _bump(store, p.file.engine)
         return FileOutcome(status=f"error: {e}")
 
@@ -328,16 +357,20 @@ def _append(store: Store, table: str, rows: pl.DataFrame | list[dict]) -> None:
         store.append(table, rows)
 
 
-def _finish_source(store: Store, p: Plan, outcome: FileOutcome) -> None:
+def _finish_source(store: Store, p: Plan, outcome: FileOutcome, status: str | None = None) -> None:
+    """Write the file's manifest row: counts so far (continuing the row it resumes), resume point, status."""
     prev = p.prev if p.action in ("resume", "rename") else None
     lines, unparsed = outcome.lines, outcome.unparsed
     if prev is not None:
         lines += prev["lines"] or 0
         unparsed += prev["unparsed_lines"] or 0
-        store.con.execute("DELETE FROM sources WHERE source_id = ?", [prev["source_id"]])
+    sid = prev["source_id"] if prev else store.scalar("SELECT source_id FROM sources WHERE abs_path = ?",
+                                                      [str(p.file.abs_path)])
+    if sid is not None:
+        store.con.execute("DELETE FROM sources WHERE source_id = ?", [sid])
     _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, lines, unparsed,
                    max(outcome.read_bytes, prev["read_bytes"] or 0) if prev else outcome.read_bytes,
-                   status=outcome.status, source_id=prev["source_id"] if prev else None)
+                   status=status or outcome.status, source_id=sid)
 
 
 def _apply_renames(store: Store, renames: list[Plan]) -> None:
@@ -392,6 +425,9 @@ def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], File
                 table, rows = next(gen)
             except StopIteration as stop:
                 return manifest, stop.value or FileOutcome()
+            if table == CHECKPOINT:
+                manifest.append((table, json.dumps([rows.lines, rows.unparsed, rows.read_bytes])))
+                continue
             df = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)
             path = f"{prefix}-{len(manifest)}-{table}.arrow"
             df.write_ipc(path, compression="lz4")
@@ -404,6 +440,9 @@ def _read_ipc(manifest: list[tuple[str, str]], outcome: FileOutcome):
     if outcome.status.startswith("error:"):
         raise InputError(outcome.status[len("error: "):])
     for table, path in manifest:
+        if table == CHECKPOINT:
+            yield table, FileOutcome(*json.loads(path))
+            continue
         yield table, pl.read_ipc(path)
         os.unlink(path)
     return outcome
@@ -438,34 +477,18 @@ def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, com
 
 
 def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOutcome) -> Iterator[Parsed]:
+    """Parse a server log chunk by chunk; chunks end at record starts, so each one is whole records and
+    ``out`` (read_bytes, lines) is a resume point after every yield."""
     head = head_text(f.abs_path).splitlines()
     ctx = FileContext(engine=f.engine, path=f.rel_path,
                       default_year=datetime.fromtimestamp(f.abs_path.stat().st_mtime).year,
                       compose=detect_compose(head))
     out.read_bytes = start_offset
-    held: list[str] = []
-    held_first = start_line
-    for chunk in iter_chunks(f.abs_path, start_offset, start_line):
-        block = held + chunk.lines
-        first = held_first
-        cut = last_record_start(block, ctx.compose)
-        # Hold the last (possibly unfinished) record back so continuation lines stay with it.
-        if cut > 0:
-            body, held = block[:cut], block[cut:]
-            held_first = first + cut
-        else:
-            body, held = block, []
-            held_first = first + len(block)
-        if body:
-            parsed = parse_chunk(body, first, ctx)
-            out.lines += parsed.lines
-            out.unparsed += parsed.unparsed
-            yield parsed
-        out.read_bytes = chunk.end_offset
-    if held:
-        parsed = parse_chunk(held, held_first, ctx)
+    for chunk in iter_chunks(f.abs_path, start_offset, start_line, records=True):
+        parsed = parse_chunk(chunk.lines, chunk.first_line, ctx)
         out.lines += parsed.lines
         out.unparsed += parsed.unparsed
+        out.read_bytes = chunk.end_offset
         yield parsed
 
 

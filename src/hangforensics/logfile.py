@@ -18,7 +18,7 @@ from pathlib import Path
 from .errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
-CHUNK_BYTES = 32 * 1024 * 1024
+CHUNK_BYTES = 8 * 1024 * 1024         # memory: about 35x the chunk at peak while it is parsed
 HEAD_BYTES = 64 * 1024
 
 # docker compose logs: 'sglang-1  | [2026-...] ...'
@@ -78,20 +78,24 @@ class Chunk:
     eof: bool
 
 
+# A line that starts a log record (SGLang prefix, torch glog), optionally behind a compose prefix:
+# chunks of a log end just before one, so no record is split and every chunk end is a resume point.
+RECORD_START = re.compile(rb"\n(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:\(\w+ pid=\d+[^)]*\)\s*)?"
+                          rb"\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} )")
+
+
 def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
-                chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
-    """Yield complete lines in bounded chunks, from ``start_offset`` (a line boundary)."""
-    try:
-        f = open_binary(path)
-    except InputError:
-        raise
+                chunk_bytes: int = CHUNK_BYTES, records: bool = False) -> Iterator[Chunk]:
+    """Yield complete lines in bounded chunks, from ``start_offset`` (a line boundary).
+
+    With ``records`` a chunk ends before the last record start it holds (when one lies in its second
+    half), so multi-line records stay whole and ``end_offset`` is a safe place to resume.
+    """
+    f = open_binary(path)
     with f:
         try:
             if start_offset:
-                if isinstance(f, gzip.GzipFile):
-                    f.seek(start_offset)
-                else:
-                    f.seek(start_offset)
+                f.seek(start_offset)              # gzip: decompresses up to the offset
             offset = start_offset
             line_no = start_line
             carry = b""
@@ -104,6 +108,12 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                     if cut < 0:
                         carry = data
                         continue
+                    if records:
+                        last = None
+                        for m in RECORD_START.finditer(data, len(data) // 2):
+                            last = m
+                        if last is not None:
+                            cut = last.start()
                     body, carry = data[: cut + 1], data[cut + 1:]
                 else:
                     body, carry = data, b""
@@ -112,7 +122,8 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                     lines = text.split("\n")
                     if lines and lines[-1] == "":
                         lines.pop()
-                    lines = [s[:-1] if s.endswith("\r") else s for s in lines]
+                    if "\r" in text:
+                        lines = [s[:-1] if s.endswith("\r") else s for s in lines]
                     offset += len(body)
                     yield Chunk(line_no, lines, offset, eof)
                     line_no += len(lines)

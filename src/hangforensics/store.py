@@ -9,6 +9,7 @@ exposed unchanged as the interface views of ``interface.md`` §4; derived models
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -379,7 +380,9 @@ class Store:
     def __init__(self, path: str | Path = ":memory:", read_only: bool = False) -> None:
         self.path = str(path)
         try:
-            self.con = duckdb.connect(self.path, read_only=read_only)
+            # Bounded memory however large the evidence: DuckDB spills beyond this instead of growing.
+            self.con = duckdb.connect(self.path, read_only=read_only,
+                                      config={"memory_limit": os.environ.get("HANGFORENSICS_DB_MEMORY", "512MB")})
         except duckdb.IOException as e:
             if "lock" in str(e).lower():
                 raise DatabaseBusyError(

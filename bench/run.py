@@ -1,0 +1,103 @@
+"""The benchmark, in one run: grep floor, ingest throughput and peak RSS at two sizes, fleet scan and rescan,
+report rendering per incident.
+
+    python bench/run.py                     # 200 MB and 400 MB logs, 300-engine fleet of ~1 MB
+    python bench/run.py --big-mb 2000       # add the 2 GB log (peak RSS target: under 1 GB)
+
+Each measured command runs in its own process; its peak RSS comes from wait4().  Data is generated
+under bench/data/ (deterministic, reused when present).  Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+HF = [sys.executable, "-m", "hangforensics"]
+
+
+def measure(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MB) of one command."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise SystemExit(f"benchmark command failed: {' '.join(cmd)}\n{err}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def best(cmd: list[str], n: int = 3) -> tuple[float, float]:
+    runs = [measure(cmd) for _ in range(n)]
+    return min(r[0] for r in runs), max(r[1] for r in runs)
+
+
+def ensure_big(mb: int) -> Path:
+    path = DATA / f"big{mb}.log"
+    if not path.exists():
+        subprocess.run([sys.executable, str(HERE / "generate.py"), "big", str(path), "--mb", str(mb)], check=True)
+    return path
+
+
+def ensure_fleet(engines: int, mb: float) -> Path:
+    path = DATA / f"fleet{engines}x{mb:g}"
+    if not path.exists():
+        subprocess.run([sys.executable, str(HERE / "generate.py"), "fleet", str(path), "--engines", str(engines),
+                        "--mb-per-engine", str(mb)], check=True)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="hangforensics benchmark")
+    ap.add_argument("--sizes", default="200,400", help="MB sizes of the single-log ingest runs")
+    ap.add_argument("--big-mb", type=int, default=0, help="also ingest a log of this many MB (peak RSS check)")
+    ap.add_argument("--engines", type=int, default=300)
+    ap.add_argument("--mb-per-engine", type=float, default=1.0)
+    a = ap.parse_args()
+    DATA.mkdir(exist_ok=True)
+    sizes = [int(x) for x in a.sizes.split(",") if x] + ([a.big_mb] if a.big_mb else [])
+    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="hf-bench-"))
+    try:
+        for mb in sizes:
+            log = ensure_big(mb)
+            real_mb = log.stat().st_size / 1e6
+            g, _ = best(["grep", "-c", "batch", str(log)])
+            db = tmp / f"ingest{mb}.duckdb"
+            t, rss = measure([*HF, "ingest", str(log), "--db", str(db)])
+            rows.append((f"ingest {real_mb:.0f} MB log", t, rss,
+                         f"{real_mb / t:.1f} MB/s; grep -c batch {g:.2f} s ({t / g:.0f}x grep)"))
+            db.unlink()
+        fleet = ensure_fleet(a.engines, a.mb_per_engine)
+        fleet_mb = sum(p.stat().st_size for p in fleet.rglob("*") if p.is_file()) / 1e6
+        db, out = tmp / "fleet.duckdb", tmp / "out"
+        t_full, rss_full = measure([*HF, "scan", str(fleet), "--db", str(db), "--out", str(out)])
+        rows.append((f"scan {a.engines} engines, {fleet_mb:.0f} MB", t_full, rss_full,
+                     f"{fleet_mb / t_full:.1f} MB/s, every core"))
+        t_re, rss_re = best([*HF, "scan", str(fleet), "--db", str(db), "--out", str(out)])
+        rows.append(("rescan, nothing changed", t_re, rss_re, f"{100 * t_re / t_full:.1f} % of the full scan"))
+        n_inc = len(list((out / "incidents").glob("*.html")))
+        code = ("import sys,time;from hangforensics.store import Store;from hangforensics.report import render_incident;"
+                f"st=Store({str(db)!r});inc=st.query('SELECT * FROM incidents');t=time.perf_counter();"
+                "[render_incident(st,i) for i in inc];print((time.perf_counter()-t)/max(len(inc),1))")
+        per = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+        rows.append((f"render one incident report ({n_inc} incidents)", per, 0.0, "mean per incident"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"\nhangforensics benchmark on {os.cpu_count()} cores ({sys.version.split()[0]})\n")
+    print("| run | seconds | peak RSS (MB) | note |\n| --- | ---: | ---: | --- |")
+    for name, secs, rss, note in rows:
+        print(f"| {name} | {secs:.2f} | {rss:.0f} | {note} |")
+
+
+if __name__ == "__main__":
+    main()
