@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from .sglang_log import rank_numbers
+from .ranks import rank_numbers
 from .store import Store
 
 MIN_SILENCE_S = 60.0
@@ -268,13 +268,35 @@ def _rank_stops(store: Store, seg: Segment, stall: dict) -> tuple[list[dict], Fr
     return rows, None
 
 
+def candidates(store: Store, engines: list[str]) -> list[str]:
+    """Engines that may hold a stall, found set-wise: a silence of MIN_SILENCE_S after the last batch
+    line or between two of them, or a hard signal (watchdog, NCCL timeout, failing health check).
+    A busy engine that logged progress to the end is ruled out without per-engine queries."""
+    rows = store.query(
+        f"""WITH b AS (
+              SELECT engine, ts, lead(ts) OVER (PARTITION BY engine ORDER BY ts) AS nxt
+              FROM batches WHERE list_contains($1, engine)),
+            gaps AS (SELECT engine, max(ts) AS last_b, max(epoch(nxt) - epoch(ts)) AS gap FROM b GROUP BY engine),
+            ends AS (
+              SELECT engine, max(ts) AS e FROM (
+                SELECT engine, ts FROM events WHERE list_contains($1, engine)
+                UNION ALL SELECT engine, ts FROM http_requests WHERE list_contains($1, engine)) GROUP BY engine),
+            hard AS (
+              SELECT DISTINCT engine FROM events WHERE list_contains($1, engine)
+              AND kind IN ('watchdog_timeout', 'torch_nccl', 'health_check_failed'))
+            SELECT g.engine FROM gaps g LEFT JOIN ends USING (engine)
+            WHERE g.gap >= {MIN_SILENCE_S} OR epoch(ends.e) - epoch(g.last_b) >= {MIN_SILENCE_S}
+               OR g.engine IN (SELECT engine FROM hard)""", [engines])
+    return sorted(r["engine"] for r in rows)
+
+
 def rebuild(store: Store, engines: list[str] | None = None) -> None:
     """Recompute stalls, rank_stops and freezes for ``engines`` (default: all)."""
     if engines is None:
         engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
-    for e in engines:
-        for t in ("stalls", "rank_stops", "freezes"):
-            store.con.execute(f"DELETE FROM {t} WHERE engine = ?", [e])
+    for t in ("stalls", "rank_stops", "freezes"):
+        store.con.execute(f"DELETE FROM {t} WHERE list_contains(?, engine)", [engines])
+    for e in candidates(store, engines):
         stalls, stops, freezes = analyze_engine(store, e)
         store.append("stalls", stalls)
         store.append("rank_stops", stops)

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from . import __version__, api
+from . import __version__
 from .errors import HangforensicsError
 from .progress import Progress
 from .rules import SEVERITY_RANK
@@ -56,6 +56,8 @@ def report(
     fail_on: Annotated[str | None, typer.Option("--fail-on", help="Exit 1 on a finding this severe or worse.")] = None,
 ) -> None:
     """Postmortem in one step: ingest PATH, run every rule, write one self-contained HTML report."""
+    from . import api
+
     res = api.report(path, output, db=db, json_out=json_out, mode=_mode(engine, fleet), progress=Progress())
     n = len(res.document["findings"])
     crit = sum(1 for f in res.document["findings"] if f["severity"] == "critical")
@@ -71,6 +73,8 @@ def ingest(
     fleet: Annotated[bool, typer.Option("--fleet", help="Treat each PATH as a fleet.")] = False,
 ) -> None:
     """Load evidence into the database; unchanged files add nothing, grown files are read from where they left off."""
+    from . import api
+
     results = api.ingest(paths, db, mode=_mode(engine, fleet), progress=Progress())
     for r in results:
         typer.echo(f"{r.root}: {len(r.engines)} engine(s), {r.files_read} file(s) read, {r.files_skipped} unchanged, "
@@ -84,6 +88,8 @@ def analyze(
     fail_on: Annotated[str | None, typer.Option("--fail-on", help="Exit 1 on a finding this severe or worse.")] = None,
 ) -> None:
     """Run every rule over what is ingested and store the findings."""
+    from . import api
+
     doc = api.analyze(db)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -136,6 +142,8 @@ def sql(
 @app.command("rules")
 def rules_cmd() -> None:
     """List the rules with their ids, severities and one-line descriptions."""
+    from . import api
+
     for r in api.rules():
         typer.echo(f"{r.id:<22} {r.severity:<9} {r.title}")
 

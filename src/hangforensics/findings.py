@@ -7,16 +7,11 @@ from typing import Any
 
 import duckdb
 
-from . import __version__, analysis, signatures, stackclasses
+from . import __version__
 from .errors import RuleError
+from .ranks import rank_key
 from .rules import SEVERITY_RANK, Rule, load_rules
-from .sglang_log import rank_numbers
 from .store import Store
-
-
-def _rank_key(label: str) -> tuple:
-    n = rank_numbers(label)
-    return (n.get("DP", 0), n.get("PP", 0), n.get("TP", 0), label)
 
 
 def iso(ts: datetime | None) -> str | None:
@@ -30,6 +25,8 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
     rules = rules if rules is not None else load_rules()
     if engines is None:
         engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
+    from . import analysis, signatures, stackclasses  # the models: polars-free imports stay cheap
+
     with store.transaction():
         analysis.rebuild(store, engines)
         stackclasses.rebuild(store, engines)
@@ -51,7 +48,7 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
                         uniq.append({"file": ev["file"], "line": ev.get("line")})
                 found.append({
                     "rule": rule.id, "severity": rule.severity, "engine": r["engine"],
-                    "ranks": sorted(set(r.get("ranks") or []), key=_rank_key),
+                    "ranks": sorted(set(r.get("ranks") or []), key=rank_key),
                     "ts": r.get("ts"), "ts_end": r.get("ts_end"),
                     "title": r.get("title") or rule.title, "detail": r.get("detail") or "",
                     "evidence": uniq, "signature": r.get("signature"),

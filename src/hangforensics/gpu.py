@@ -10,8 +10,7 @@ values are cast in polars expressions.  GPU index maps to a rank through
 from __future__ import annotations
 
 import re
-
-import polars as pl
+from typing import Any
 
 HEADER_RE = re.compile(r"^\s*timestamp\s*,\s*index\s*,", re.I)
 ROW_RE = re.compile(r"^\s*\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s*,\s*\d+\s*,")
@@ -27,8 +26,9 @@ def _columns(header: str) -> list[str]:
     return [re.sub(r"\s*\[.*?\]\s*$", "", c.strip()).lower() for c in header.split(",")]
 
 
-def parse_samples(lines: list[str], first_line: int, engine: str, path: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(samples, unparsed) for one chunk of a CSV file."""
+def parse_samples(lines: list[str], first_line: int, engine: str, path: str) -> tuple[Any, Any]:
+    """(samples, unparsed) polars frames for one chunk of a CSV file."""
+    import polars as pl
     cols = DEFAULT_COLUMNS
     start = 0
     if lines and HEADER_RE.match(lines[0]):
@@ -40,7 +40,7 @@ def parse_samples(lines: list[str], first_line: int, engine: str, path: str) -> 
     parts = pl.col("text").str.split(",")
     fields = {name: parts.list.get(k, null_on_oob=True).str.strip_chars() for k, name in enumerate(cols)}
 
-    def num(name: str) -> pl.Expr:
+    def num(name: str) -> Any:
         e = fields.get(name)
         if e is None:
             return pl.lit(None, dtype=pl.Float64)

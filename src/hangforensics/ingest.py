@@ -19,8 +19,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from . import faulthandler, gdb, gpu, native_trace, pyspy
 from .capture_errors import capture_error_reason
 from .clock import align_engine_clocks
@@ -28,7 +26,6 @@ from .errors import InputError
 from .evidence import STACK_KINDS, EvidenceFile, Workspace, detect_kind
 from .logfile import HEAD_BYTES, detect_compose, head_hash, head_text, is_gzip, iter_chunks
 from .progress import Progress
-from .sglang_log import FileContext, Parsed, parse_chunk
 from .stackrows import dump_rows, rank_from_place, ranks_from_pids
 from .store import LOADED_TABLES, Store, physical
 
@@ -179,6 +176,15 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
             st = f.abs_path.stat()
         except OSError as e:
             raise InputError(f"cannot read {f.rel_path}: {e.strerror or e}") from e
+        prev = rows.get(str(f.abs_path))
+        if prev is not None and prev["status"] in ("ok", "vanished") and prev["bytes"] == st.st_size \
+                and abs((prev["mtime"] or 0) - st.st_mtime) < 1e-6:
+            # same size and mtime as when it was read: a stat is all an unchanged file costs
+            claimed.add(prev["abs_path"])
+            if prev["status"] == "vanished":       # back again: the manifest says so, nothing to read
+                store.con.execute("UPDATE sources SET status = 'ok' WHERE source_id = ?", [prev["source_id"]])
+            plans.append(Plan(f, "skip", prev["kind"], st, prev["head_hash"], bool(prev["compressed"]), prev))
+            continue
         kind = detect_kind(f.abs_path)
         try:
             hhash = head_hash(f.abs_path) if kind != "unreadable" else ""
@@ -278,8 +284,9 @@ def _bump(store: Store, engine: str) -> None:
 
 
 # -- parsing (pure: files in, row batches out) ------------------------------------------------------
-def parse_file(job: FileJob) -> Iterator[tuple[str, pl.DataFrame | list[dict]]]:
+def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
     """Yield (table, rows) batches for one file; the generator's return value is a FileOutcome."""
+    import polars as pl  # parsing needs polars; planning an unchanged fleet does not
     f = EvidenceFile(job.engine, Path(job.abs_path), job.rel_path, 0, "")
     out = FileOutcome()
     if job.kind == "server_log":
@@ -350,8 +357,8 @@ def _load_file(store: Store, p: Plan, batches: Iterator[tuple[str, Any]]) -> Fil
         return FileOutcome(status=f"error: {e}")
 
 
-def _append(store: Store, table: str, rows: pl.DataFrame | list[dict]) -> None:
-    if isinstance(rows, pl.DataFrame):
+def _append(store: Store, table: str, rows: Any) -> None:
+    if hasattr(rows, "to_arrow"):             # a polars DataFrame
         store.append(table, rows.to_arrow())
     else:
         store.append(table, rows)
@@ -428,6 +435,8 @@ def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], File
             if table == CHECKPOINT:
                 manifest.append((table, json.dumps([rows.lines, rows.unparsed, rows.read_bytes])))
                 continue
+            import polars as pl
+
             df = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)
             path = f"{prefix}-{len(manifest)}-{table}.arrow"
             df.write_ipc(path, compression="lz4")
@@ -443,6 +452,8 @@ def _read_ipc(manifest: list[tuple[str, str]], outcome: FileOutcome):
         if table == CHECKPOINT:
             yield table, FileOutcome(*json.loads(path))
             continue
+        import polars as pl
+
         yield table, pl.read_ipc(path)
         os.unlink(path)
     return outcome
@@ -476,10 +487,12 @@ def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, com
     }])
 
 
-def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOutcome) -> Iterator[Parsed]:
+def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOutcome) -> Iterator[Any]:
     """Parse a server log chunk by chunk; chunks end at record starts, so each one is whole records and
     ``out`` (read_bytes, lines) is a resume point after every yield."""
     head = head_text(f.abs_path).splitlines()
+    from .sglang_log import FileContext, parse_chunk
+
     ctx = FileContext(engine=f.engine, path=f.rel_path,
                       default_year=datetime.fromtimestamp(f.abs_path.stat().st_mtime).year,
                       compose=detect_compose(head))
@@ -540,7 +553,7 @@ def _parse_capture_error(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[st
                        for i, s in enumerate(text_lines)]
 
 
-def _parse_gpu(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, pl.DataFrame]]:
+def _parse_gpu(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, Any]]:
     header: str | None = None
     for chunk in iter_chunks(f.abs_path):
         lines, first = chunk.lines, chunk.first_line
@@ -556,7 +569,9 @@ def _parse_gpu(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, pl.Data
         yield "unparsed", unparsed
 
 
-def _parse_unknown(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, pl.DataFrame]]:
+def _parse_unknown(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, Any]]:
+    import polars as pl
+
     for chunk in iter_chunks(f.abs_path):
         yield "unparsed", pl.DataFrame({
             "engine": f.engine, "path": f.rel_path,

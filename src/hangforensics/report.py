@@ -7,6 +7,7 @@ the evidence excerpts.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -18,8 +19,8 @@ import jinja2
 from . import __version__
 from .findings import iso
 from .logfile import iter_chunks
+from .ranks import rank_key
 from .rules import SEVERITIES, load_rules
-from .sglang_log import rank_numbers
 from .store import Store
 
 TIMELINE_W = 860          # drawing width of the time axis, px
@@ -38,6 +39,7 @@ def templates_dir() -> Path:
     raise FileNotFoundError("report templates not found")
 
 
+@functools.lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
@@ -45,10 +47,6 @@ def _env() -> jinja2.Environment:
     env.filters["iso"] = iso
     return env
 
-
-def _rank_key(label: str) -> tuple:
-    n = rank_numbers(label)
-    return (n.get("DP", 0), n.get("PP", 0), n.get("TP", 0), label)
 
 
 def _minutes(a: datetime, b: datetime) -> str:
@@ -142,7 +140,7 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
         "SELECT rank, CAST(floor(epoch(ts - ?::TIMESTAMP) / ?) AS INTEGER) AS b, count(*) AS n FROM batches "
         "WHERE engine = ? AND ts >= ? AND ts <= ? GROUP BY ALL", [t0, bucket_s, engine, t0, t1])
     ranks = sorted({r["rank"] for r in store.query("SELECT DISTINCT rank FROM batches WHERE engine = ?", [engine])},
-                   key=_rank_key)
+                   key=rank_key)
     peak = max((c["n"] for c in counts), default=1)
     rows = []
     for i, rank in enumerate(ranks):

@@ -20,8 +20,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import findings as findings_mod
-from . import incidents as incidents_mod
 from .errors import DatabaseBusyError, InputError
 from .evidence import Workspace
 from .ingest import IngestResult, ingest_files
@@ -100,6 +98,9 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
         stale = [r["engine"] for r in store.query(
             "SELECT s.engine FROM (SELECT DISTINCT engine FROM sources) s LEFT JOIN engine_state e USING (engine) "
             "WHERE e.engine IS NULL OR e.analyzed_version < e.data_version ORDER BY 1")]
+        from . import findings as findings_mod  # rules and models load only when something changed
+        from . import incidents as incidents_mod
+
         if stale:
             findings_mod.run_rules(store, engines=stale)
             with store.transaction():

@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from . import faulthandler, leaks, native_trace, pyspy, stackrows, torch_nccl
+from .ranks import rank_numbers  # noqa: F401  (re-exported for older imports)
 
 # -- envelopes (polars / Rust regex syntax) -----------------------------------
 PREFIX = (
@@ -107,7 +108,6 @@ PENDING_KEYS = ["#prealloc-req", "#transfer-req", "#inflight-req", "#bootstrap-r
 BATCH_COLUMNS = ["engine", "path", "line", "ts", "rank", "batch_kind", "forward_iter",
                  *BATCH_INT_KEYS, *BATCH_FLOAT_KEYS, "graph", "pending_req"]
 
-RANK_TAG_RE = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 
 
 @dataclass
@@ -486,8 +486,3 @@ def parse_server_args(msg: str) -> dict[str, Any]:
             except ValueError:
                 out[key] = v
     return out
-
-
-def rank_numbers(label: str) -> dict[str, int]:
-    """'DP1 TP3 EP3' -> {'DP': 1, 'TP': 3, 'EP': 3}."""
-    return {t: int(n) for t, n in RANK_TAG_RE.findall(label or "")}

@@ -81,9 +81,29 @@ def _frame_hits(frames: list[dict], patterns: list[re.Pattern]) -> list[str]:
     return [f["function"] for f in frames if any(p.search(f["function"]) for p in patterns)]
 
 
-def evaluate(store: Store, engine: str, sig: Signature) -> list[dict[str, Any]]:
-    m = sig.match
+@dataclass
+class EngineEvidence:
+    """What every signature of one engine is evaluated against, queried once."""
+
+    stalled: bool
+    caps: list            # captures of main-thread stacks
+    desync_caps: set[int]
+    colls: dict
+
+
+def engine_evidence(store: Store, engine: str) -> EngineEvidence:
     stalled = bool(store.scalar("SELECT count(*) FROM stalls WHERE engine = ?", [engine]))
+    caps = captures(main_stacks(store, engine))
+    desync = {r["capture"] for r in store.query("SELECT capture FROM desyncs WHERE engine = ?", [engine])}
+    colls = {(r["capture"], r["rank"]): r for r in store.query(
+        "SELECT capture, rank, collective FROM rank_collectives WHERE engine = ?", [engine])} if caps else {}
+    return EngineEvidence(stalled, caps, desync, colls)
+
+
+def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | None = None) -> list[dict[str, Any]]:
+    m = sig.match
+    ev = ev or engine_evidence(store, engine)
+    stalled = ev.stalled
     log_rows: list[dict] = []
     if m.get("log"):
         kinds = m.get("log_kinds")
@@ -101,10 +121,8 @@ def evaluate(store: Store, engine: str, sig: Signature) -> list[dict[str, Any]]:
                             [{"file": r["path"], "line": r["line"]} for r in log_rows[:8]]))
         return out
     patterns = [re.compile(x) for x in m["frames"]]
-    desync_caps = {r["capture"] for r in store.query("SELECT capture FROM desyncs WHERE engine = ?", [engine])}
-    colls = {(r["capture"], r["rank"]): r for r in store.query(
-        "SELECT capture, rank, collective FROM rank_collectives WHERE engine = ?", [engine])}
-    for ci, cap in enumerate(captures(main_stacks(store, engine))):
+    desync_caps, colls = ev.desync_caps, ev.colls
+    for ci, cap in enumerate(ev.caps):
         hits = {s.rank: _frame_hits(s.frames, patterns) for s in cap}
         matched = [s for s in cap if hits[s.rank]]
         if m.get("blocked"):
@@ -160,7 +178,27 @@ def _row(engine: str, sig: Signature, ts, ranks: list[str], detail: str, evidenc
 
 def rebuild(store: Store, engines: list[str]) -> None:
     sigs = load_signatures()
-    for e in engines:
-        store.con.execute("DELETE FROM signature_matches WHERE engine = ?", [e])
-        rows = [r for sig in sigs for r in evaluate(store, e, sig)]
-        store.append("signature_matches", rows)
+    store.con.execute("DELETE FROM signature_matches WHERE list_contains(?, engine)", [engines])
+    with_stacks = {r["engine"] for r in store.query(
+        "SELECT DISTINCT engine FROM stacks WHERE list_contains(?, engine)", [engines])}
+    # log-only signatures first, for every engine in one query each; stack signatures where stacks exist
+    rows: list[dict[str, Any]] = []
+    for e in sorted(with_stacks):
+        ev = engine_evidence(store, e)
+        rows += [r for sig in sigs if sig.match.get("frames") for r in evaluate(store, e, sig, ev)]
+    for sig in sigs:
+        if sig.match.get("frames") and not sig.match.get("log_alone"):
+            continue
+        if not sig.match.get("log"):
+            continue
+        kinds = sig.match.get("log_kinds")
+        rx = "|".join(f"(?:{x})" for x in sig.match["log"])
+        hits = store.query(
+            "SELECT DISTINCT engine FROM events WHERE list_contains(?, engine) AND regexp_matches(message, ?)"
+            + (" AND list_contains(?, kind)" if kinds else ""), [engines, rx, kinds] if kinds else [engines, rx])
+        for h in hits:
+            if sig.match.get("frames") and any(r["engine"] == h["engine"] and r["signature"] == sig.id for r in rows):
+                continue
+            log_only = Signature(**{**sig.__dict__, "match": {k: v for k, v in sig.match.items() if k != "frames"}})
+            rows += evaluate(store, h["engine"], log_only, EngineEvidence(False, [], set(), {}))
+    store.append("signature_matches", rows)

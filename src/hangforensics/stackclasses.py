@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .sglang_log import rank_numbers
+from .ranks import rank_key, rank_numbers
 from .store import Store
 
 CAPTURE_WINDOW_S = 300
@@ -89,10 +89,6 @@ class RankStack:
     line: int
 
 
-def _rank_key(label: str) -> tuple:
-    n = rank_numbers(label)
-    return (n.get("DP", 0), n.get("PP", 0), n.get("TP", 0), label)
-
 
 def main_stacks(store: Store, engine: str) -> list[RankStack]:
     rows = store.query(
@@ -133,7 +129,7 @@ def captures(stacks: list[RankStack]) -> list[list[RankStack]]:
         latest: dict[str, RankStack] = {}
         for s in g:
             latest[s.rank] = s
-        out.append(sorted(latest.values(), key=lambda s: _rank_key(s.rank)))
+        out.append(sorted(latest.values(), key=lambda s: rank_key(s.rank)))
     return out
 
 
@@ -220,8 +216,8 @@ def build(store: Store, engine: str) -> tuple[list[dict], list[dict], list[dict]
         others = [r["rank"] for r in per_rank if not r["collective"]]
         desyncs.append({
             "engine": engine, "capture": ci, "ts": ts,
-            "odd_ranks": sorted({r["rank"] for r in odd}, key=_rank_key),
-            "majority_ranks": sorted({r["rank"] for r in majority}, key=_rank_key),
+            "odd_ranks": sorted({r["rank"] for r in odd}, key=rank_key),
+            "majority_ranks": sorted({r["rank"] for r in majority}, key=rank_key),
             "detail": (
                 f"{compact_ranks([r['rank'] for r in odd])} wait in {', '.join(odd_sites)} while "
                 f"{compact_ranks([r['rank'] for r in majority])} wait in {majority_key[0]} from "
