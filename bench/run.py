@@ -27,7 +27,9 @@ HF = [sys.executable, "-m", "hangforensics"]
 def measure(cmd: list[str]) -> tuple[float, float]:
     """(wall seconds, peak RSS in MB) of one command."""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # stdout to a pipe, not /dev/null: GNU grep stops at the first match when it writes to /dev/null
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""

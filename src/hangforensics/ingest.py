@@ -154,13 +154,6 @@ PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 NO_IDENTITY = ("unknown", "capture_error", "binary")
 
 
-def _size(p: Path) -> int:
-    try:
-        return p.stat().st_size
-    except OSError:
-        return 0
-
-
 # -- planning --------------------------------------------------------------------------------------
 def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str]) -> list[Plan]:
     """Decide per file: skip (unchanged), read, resume (grew), rename (known content under a new name,

@@ -26,11 +26,6 @@ from . import faulthandler, leaks, native_trace, pyspy, stackrows, torch_nccl
 from .ranks import rank_numbers  # noqa: F401  (re-exported for older imports)
 
 # -- envelopes (polars / Rust regex syntax) -----------------------------------
-PREFIX = (
-    r"^(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?"
-    r"\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?)"
-    r"(?P<ranks>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] ?(?P<msg>.*)$"
-)
 GLOG = (
     r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
     r"(?:\d+ )?(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<gmsg>.*)$"
@@ -105,8 +100,6 @@ BATCH_FLOAT_KEYS: dict[str, list[str]] = {
 # Requests waiting on something other than compute (PD queues), summed into pending_req.
 PENDING_KEYS = ["#prealloc-req", "#transfer-req", "#inflight-req", "#bootstrap-req",
                 "#unbootstrapped-req", "#transferring-req", "#host-receive-req"]
-BATCH_COLUMNS = ["engine", "path", "line", "ts", "rank", "batch_kind", "forward_iter",
-                 *BATCH_INT_KEYS, *BATCH_FLOAT_KEYS, "graph", "pending_req"]
 
 
 
@@ -209,18 +202,6 @@ def classify(texts: list[str], compose: bool) -> pl.DataFrame:
         .otherwise(pl.lit("unparsed")).alias("role")
     )
     return df
-
-
-def last_record_start(lines: list[str], compose: bool) -> int:
-    """Index of the last line that starts a record (used to hold a record back across chunks)."""
-    rx = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|^(?:\[rank\d+\]:)?\[[IWEF]\d{3,4} ")
-    for j in range(len(lines) - 1, -1, -1):
-        s = lines[j]
-        if compose:
-            s = re.sub(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?", "", s)
-        if rx.match(s):
-            return j
-    return 0
 
 
 def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:

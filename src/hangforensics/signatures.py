@@ -10,6 +10,8 @@ and all given keys must hold:
 * ``blocked``: the matching ranks are stuck, i.e. the engine stalled (stalls
   table) or the matching thread is idle in the dump (a healthy busy dump that
   merely passes through the frame is not the hang);
+* ``stalled``: the engine's log shows a stall (for frames a healthy engine also sits in: a pipeline
+  stage's receive, a CUDA graph replay);
 * ``others_in_collective``: the ranks that do not match wait in a collective;
 * ``with_desync``: the capture's ranks wait in different collectives (desyncs);
 * ``gpu_util_max`` / ``gpu_util_min``: when nvidia-smi samples cover the stall, their mean
@@ -125,6 +127,8 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
     for ci, cap in enumerate(ev.caps):
         hits = {s.rank: _frame_hits(s.frames, patterns) for s in cap}
         matched = [s for s in cap if hits[s.rank]]
+        if m.get("stalled") and not stalled:
+            continue
         if m.get("blocked"):
             matched = [s for s in matched if stalled or s.state == "idle"]
         n, total = len(matched), len(cap)
