@@ -143,6 +143,18 @@ class LogWriter:
         return folder
 
 
+def small_fleet(tmp_path: Path) -> Path:
+    """Two engines: one stalls (hard watchdogs fire on both ranks in one second), one serves to the end."""
+    fleet = tmp_path / "fleet"
+    stalled = LogWriter(tp=2)
+    stalled.startup().traffic(10, 200).posts(202, 560).probes(205, 560)
+    for r in range(2):
+        stalled.watchdog(520, f"TP{r}")
+    stalled.write(fleet / "gpu1-stalled")
+    LogWriter(start="2026-05-01 11:00:00").startup().traffic(10, 300).write(fleet / "gpu2-healthy")
+    return fleet
+
+
 def analyze_folder(folder: Path, mode: str = "auto") -> list[dict]:
     """Ingest a folder into an in-memory store and return the findings."""
     with Store(":memory:") as st:

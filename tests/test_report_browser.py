@@ -183,16 +183,11 @@ def test_fleet_index_of_1000_engines_loads_and_sorts(tmp_path: Path, page_of):
 
 
 def test_scan_index_links_every_incident_report(tmp_path: Path, page_of):
+    from conftest import small_fleet
+
     from hangforensics.scan import scan
 
-    fleet = tmp_path / "fleet"
-    log = LogWriter(tp=2)
-    log.startup().traffic(10, 200).posts(202, 560).probes(205, 560)
-    for r in range(2):
-        log.watchdog(520, f"TP{r}")
-    log.write(fleet / "gpu1")
-    LogWriter().startup().traffic(10, 100).write(fleet / "gpu2")
-    res = scan(fleet, tmp_path / "s.duckdb", out=tmp_path / "out")
+    res = scan(small_fleet(tmp_path), tmp_path / "s.duckdb", out=tmp_path / "out")
     page, messages, _ = page_of(res.index)
     assert messages == []
     links = page.locator("#incidents tbody a")

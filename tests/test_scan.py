@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, REPO, LogWriter, requires_shared
+from conftest import EXAMPLES, REPO, LogWriter, requires_shared, small_fleet
 
 from hangforensics.errors import DatabaseBusyError
 from hangforensics.scan import ScanLock, scan
@@ -33,17 +33,6 @@ def counts(db: Path) -> dict:
 def hf(*args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hangforensics", *args], capture_output=True, text=True,
                           timeout=600, **kw)
-
-
-def _fleet(tmp_path: Path) -> Path:
-    fleet = tmp_path / "fleet"
-    stalled = LogWriter(tp=2)
-    stalled.startup().traffic(10, 200).posts(202, 560).probes(205, 560)
-    for r in range(2):
-        stalled.watchdog(520, f"TP{r}")
-    stalled.write(fleet / "gpu1-stalled")
-    LogWriter(start="2026-05-01 11:00:00").startup().traffic(10, 300).write(fleet / "gpu2-healthy")
-    return fleet
 
 
 @requires_shared()
@@ -69,7 +58,7 @@ def test_scan_of_the_sample_fleet_scores_and_indexes_every_incident(tmp_path: Pa
 
 
 def test_incremental_append_rotate_compress_delete(tmp_path: Path):
-    fleet = _fleet(tmp_path)
+    fleet = small_fleet(tmp_path)
     db = tmp_path / "h.duckdb"
     log = fleet / "gpu2-healthy" / "server.log"
     first = scan(fleet, db)
@@ -150,7 +139,7 @@ def test_a_killed_scan_is_completed_by_the_next_without_duplicates(tmp_path: Pat
 
 
 def test_a_second_scan_waits_or_says_why(tmp_path: Path):
-    fleet = _fleet(tmp_path)
+    fleet = small_fleet(tmp_path)
     db = tmp_path / "h.duckdb"
     with ScanLock(db):
         p = hf("scan", str(fleet), "--db", str(db))
@@ -167,7 +156,7 @@ def test_a_second_scan_waits_or_says_why(tmp_path: Path):
 
 
 def test_sql_while_a_scan_writes_says_busy(tmp_path: Path):
-    fleet = _fleet(tmp_path)
+    fleet = small_fleet(tmp_path)
     db = tmp_path / "h.duckdb"
     scan(fleet, db)
     ok = hf("sql", "SELECT count(*) AS n FROM incidents", "--db", str(db), "--format", "json")
@@ -179,7 +168,7 @@ def test_sql_while_a_scan_writes_says_busy(tmp_path: Path):
 
 
 def test_fail_on_for_alerting(tmp_path: Path):
-    fleet = _fleet(tmp_path)
+    fleet = small_fleet(tmp_path)
     assert hf("scan", str(fleet), "--db", str(tmp_path / "a.duckdb"), "--fail-on", "critical").returncode == 1
     quiet = tmp_path / "quiet"
     LogWriter().startup().traffic(10, 100).write(quiet / "gpu9")
