@@ -155,3 +155,12 @@ def test_oracle_names_every_batch_and_access_line(release: tuple[str, Store, dic
     access_lines = [i for i, s in enumerate(text, 1) if ' HTTP/1.1" ' in s]
     assert batch_lines == [b["line"] for b in expected["batches"]]
     assert access_lines == [h["line"] for h in expected["http_requests"]]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_release_is_recognised_from_the_formats(release: str):
+    """The manifest names the release family the log's formats point at (the fleet view compares it)."""
+    with Store(":memory:") as st:
+        ingest_paths(st, [DATA / release / "server.log"])
+        assert st.scalar("SELECT release_hint FROM sources") == release
+        assert st.scalar("SELECT release_hint FROM engine_facts") == release

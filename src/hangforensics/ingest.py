@@ -64,7 +64,7 @@ class FileOutcome:
     unparsed: int = 0
     read_bytes: int = 0
     status: str = "ok"
-
+    release: str | None = None
 
 @dataclass
 class Plan:
@@ -288,7 +288,7 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
                 rows = parsed.tables.get(table)
                 if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
                     yield table, rows
-            yield CHECKPOINT, FileOutcome(out.lines, out.unparsed, out.read_bytes)   # whole records so far
+            yield CHECKPOINT, FileOutcome(out.lines, out.unparsed, out.read_bytes)    # whole records so far
     elif job.kind in STACK_KINDS:
         yield from _parse_stacks(f, job.kind, job.mtime, out)
     elif job.kind == "capture_error":
@@ -370,7 +370,8 @@ def _finish_source(store: Store, p: Plan, outcome: FileOutcome, status: str | No
         store.con.execute("DELETE FROM sources WHERE source_id = ?", [sid])
     _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, lines, unparsed,
                    max(outcome.read_bytes, prev["read_bytes"] or 0) if prev else outcome.read_bytes,
-                   status=status or outcome.status, source_id=sid)
+                   status=status or outcome.status, source_id=sid,
+                   release_hint=outcome.release or (prev or {}).get("release_hint"))
 
 
 def _apply_renames(store: Store, renames: list[Plan]) -> None:
@@ -484,7 +485,7 @@ def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOut
     """Parse a server log chunk by chunk; chunks end at record starts, so each one is whole records and
     ``out`` (read_bytes, lines) is a resume point after every yield."""
     head = head_text(f.abs_path).splitlines()
-    from .sglang_log import FileContext, parse_chunk
+    from .sglang_log import FileContext, newest_release, parse_chunk
 
     ctx = FileContext(engine=f.engine, path=f.rel_path,
                       default_year=datetime.fromtimestamp(f.abs_path.stat().st_mtime).year,
@@ -492,6 +493,7 @@ def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOut
     out.read_bytes = start_offset
     for chunk in iter_chunks(f.abs_path, start_offset, start_line, records=True):
         parsed = parse_chunk(chunk.lines, chunk.first_line, ctx)
+        out.release = newest_release(out.release, parsed.release)
         out.lines += parsed.lines
         out.unparsed += parsed.unparsed
         out.read_bytes = chunk.end_offset

@@ -119,6 +119,31 @@ class Parsed:
     tables: dict[str, pl.DataFrame | list[dict[str, Any]]] = field(default_factory=dict)
     lines: int = 0
     unparsed: int = 0
+    release: str | None = None     # the SGLang release family the formats point at
+
+
+# Format traits that date a log (sglang-formats.md), newest first: (release family, message regex).
+RELEASE_TRAITS = [
+    ("0.5.23", r"#pending-token: |cur_batch_for_debug|^symmetric-memory registration in progress|fwd occupancy: "),
+    ("0.5.10", r"self\.soft=(?:True|False)\)|est\. (?:prefill|decode) TFLOPS|^Scheduler debug info:"),
+    ("0.5.5", r"^(?:Prefill|Decode) batch(?: \[\d+\])?, .*, $|accept rate: |^self\.cur_batch\.batch_size\(\)=\d+$"),
+    ("0.5.2", r"^Decode batch\. .*, $|^Prefill batch\. .*#queue-req: \d+, $"),
+    ("0.4.6", r"^(?:Prefill|Decode) batch\. "),
+]
+RELEASE_ORDER = [r for r, _ in RELEASE_TRAITS]
+
+
+def newest_release(*releases: str | None) -> str | None:
+    known = [r for r in releases if r]
+    return min(known, key=RELEASE_ORDER.index) if known else None
+
+
+def release_of(msgs: pl.Series) -> str | None:
+    """The newest release family whose traits appear in these messages (None: no trait seen)."""
+    for release, rx in RELEASE_TRAITS:
+        if msgs.str.contains(rx).any():
+            return release
+    return None
 
 
 def _key_regex(keys: list[str]) -> str:
@@ -419,6 +444,10 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
         un = pl.concat([un, pl.DataFrame(extra_unparsed, schema=un.schema)])
     out.tables["unparsed"] = un
     out.unparsed = un.height
+    # ranks printed PP before TP exist only from 0.5.10 on
+    pp_first = starts.get_column("ranks").drop_nulls().str.contains(r" PP\d+.* TP\d+").any()
+    out.release = newest_release(release_of(starts.get_column("msg").drop_nulls().head(20000)),
+                                 "0.5.10" if pp_first else None)
     last = starts.get_column("ts_dt").drop_nulls()
     if last.len():
         ctx.last_ts = last.max()  # type: ignore[assignment]
