@@ -159,3 +159,25 @@ def test_findings_point_at_file_and_line(tmp_path, log: LogWriter):
     lines = (folder / "server.log").read_text().splitlines()
     first = stall["evidence"][0]
     assert "batch" in lines[first["line"] - 1] and at(120).strftime("%H:%M:%S") in lines[first["line"] - 1]
+
+
+def test_glog_lines_in_another_zone_are_aligned_to_the_log(tmp_path):
+    # torch prints its glog lines in UTC while SGLang prints local time (here UTC+8)
+    log = LogWriter(tp=4)
+    log.startup().traffic(10, 120).probes(130, 400, status=503)
+    utc = LogWriter(start="2026-05-01 02:00:00")
+    for r in (3, 1, 0):
+        utc.nccl_timeout(362, r)
+    for line in utc.lines:
+        log.raw(line)
+    log.probes(401, 420, status=503)
+    f = by_rule(analyze_folder(log.write(tmp_path / "utc")))
+    (first,) = f["first-rank-stopped"]
+    assert first["ranks"] == ["TP2"]
+    from hangforensics.ingest import ingest_paths
+    from hangforensics.store import Store
+
+    with Store(":memory:") as st:
+        ingest_paths(st, [tmp_path / "utc"])
+        row = st.query("SELECT ts, attrs FROM events WHERE kind = 'torch_nccl' LIMIT 1")[0]
+        assert row["ts"].hour == 10 and '"clock_shift_s": 28800' in row["attrs"]

@@ -248,7 +248,8 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
     # Nearest SGLang timestamp before each record (then after it), for envelopes printed without a year.
     carried = ctx.last_ts or datetime(ctx.default_year, 1, 1)
     starts = starts.with_columns(
-        pl.col("ts_dt").forward_fill().backward_fill().fill_null(carried).alias("ctx_ts"))
+        pl.col("ts_dt").forward_fill().backward_fill().fill_null(carried).alias("ctx_ts"),
+        pl.col("ts_dt").backward_fill().alias("next_ts"))
 
     # -- batches (vectorised) --------------------------------------------------
     b = starts.filter(pl.col("kind") == "batch")
@@ -333,7 +334,7 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
             if kind == "torch_nccl":
                 g = torch_nccl.parse_glog(rec["body"], rec["ctx_ts"])
                 if g:
-                    ts = g.pop("ts")
+                    ts = torch_nccl.align_to_log(g, rec["ctx_ts"], rec["next_ts"])
                     ts_by_line[line] = ts
                     if g.get("global_rank") is not None and not rank:
                         rank_by_line[line] = f"rank{g['global_rank']}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 GLOG_RE = re.compile(
@@ -79,3 +79,20 @@ def parse_glog(line: str, context: datetime) -> dict[str, Any] | None:
     if out.get("global_rank") is None and out.get("pg_rank") is not None and out.get("pg_id") in (None, 0):
         out["global_rank"] = out["pg_rank"]
     return out
+
+
+def align_to_log(g: dict[str, Any], before: datetime, after: datetime | None) -> datetime:
+    """The glog time on the log's clock.  glog prints the process's own zone (often UTC) while SGLang
+    prints local time: a glog line far outside the dated lines around it is shifted by the whole
+    number of quarter hours that puts it between them, and ``clock_shift_s`` records the shift."""
+    ts: datetime = g.pop("ts")
+    slack = timedelta(seconds=120)
+    upper = (after or before + timedelta(hours=3)) + slack
+    if before - slack <= ts <= upper or abs(ts - before) < timedelta(minutes=30):
+        return ts
+    quarters = round((ts - before).total_seconds() / 900)
+    shifted = ts - timedelta(seconds=quarters * 900)
+    if before - slack <= shifted <= upper:
+        g["clock_shift_s"] = -quarters * 900
+        return shifted
+    return ts
