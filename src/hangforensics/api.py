@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,11 @@ class ReportResult:
     ingest: list[IngestResult]
 
 
-def ingest(paths: list[Path], db: Path, mode: str = "auto", progress: Progress | None = None) -> list[IngestResult]:
-    """Load evidence into the DuckDB file ``db`` (incremental)."""
+def ingest(paths: list[Path], db: Path, mode: str = "auto", progress: Progress | None = None,
+           jobs: int = 1) -> list[IngestResult]:
+    """Load evidence into the DuckDB file ``db`` (incremental); ``jobs`` parser processes for large inputs."""
     with Store(db) as store:
-        return ingest_paths(store, paths, mode=mode, progress=progress)
+        return ingest_paths(store, paths, mode=mode, progress=progress, jobs=jobs)
 
 
 def analyze(db: Path) -> dict[str, Any]:
@@ -50,7 +52,8 @@ def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None 
     with tempfile.TemporaryDirectory(prefix="hangforensics-") as tmp, Workspace() as ws:
         db_path = Path(db) if db else Path(tmp) / "evidence.duckdb"
         with Store(db_path) as store:
-            results = ingest_paths(store, [Path(path)], mode=mode, progress=progress, workspace=ws)
+            results = ingest_paths(store, [Path(path)], mode=mode, progress=progress, workspace=ws,
+                                   jobs=os.cpu_count() or 1)
             engines = [e for r in results for e in r.engines]
             found = findings_mod.run_rules(store, engines=engines)
             doc = findings_mod.document(found)

@@ -71,11 +71,12 @@ def ingest(
     db: Annotated[Path, typer.Option("--db", help="DuckDB file.")] = DEFAULT_DB,
     engine: Annotated[bool, typer.Option("--engine", help="Treat each PATH as one engine.")] = False,
     fleet: Annotated[bool, typer.Option("--fleet", help="Treat each PATH as a fleet.")] = False,
+    jobs: Annotated[int | None, typer.Option("--jobs", help="Parser processes (default: every core).")] = None,
 ) -> None:
     """Load evidence into the database; unchanged files add nothing, grown files are read from where they left off."""
     from . import api
 
-    results = api.ingest(paths, db, mode=_mode(engine, fleet), progress=Progress())
+    results = api.ingest(paths, db, mode=_mode(engine, fleet), progress=Progress(), jobs=jobs or os.cpu_count() or 1)
     for r in results:
         typer.echo(f"{r.root}: {len(r.engines)} engine(s), {r.files_read} file(s) read, {r.files_skipped} unchanged, "
                    f"{r.lines} lines ({r.unparsed} unparsed)", err=True)

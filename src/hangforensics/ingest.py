@@ -24,7 +24,7 @@ from .capture_errors import capture_error_reason
 from .clock import align_engine_clocks
 from .errors import InputError
 from .evidence import STACK_KINDS, EvidenceFile, Workspace, detect_kind
-from .logfile import HEAD_BYTES, detect_compose, head_hash, head_text, is_gzip, iter_chunks
+from .logfile import HEAD_BYTES, RECORD_START, detect_compose, head_hash, head_text, is_gzip, iter_chunks
 from .progress import Progress
 from .stackrows import dump_rows, rank_from_place, ranks_from_pids
 from .store import LOADED_TABLES, Store, physical
@@ -56,6 +56,7 @@ class FileJob:
     start_offset: int = 0
     start_line: int = 1
     mtime: float = 0.0
+    end_offset: int | None = None       # a byte range of a large log (split across workers)
 
 
 @dataclass
@@ -129,7 +130,7 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
                 _bump(store, p.file.engine)
     _apply_renames(store, [p for p in plans if p.action == "rename"])
     big = sum(p.st.st_size for p in work if p.action != "rename") > PARALLEL_MIN_BYTES
-    if jobs > 1 and big and len(work) > 1:
+    if jobs > 1 and big and (len(work) > 1 or _splittable(work[0])):
         outcomes = _parse_in_pool(store, work, jobs, prog)
     else:
         outcomes = (( p, _load_file(store, p, parse_file(p.job()))) for p in work)
@@ -283,7 +284,7 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
     f = EvidenceFile(job.engine, Path(job.abs_path), job.rel_path, 0, "")
     out = FileOutcome()
     if job.kind == "server_log":
-        for parsed in _parse_log(f, job.start_offset, job.start_line, out):
+        for parsed in _parse_log(f, job.start_offset, job.start_line, out, job.end_offset):
             for table in LOADED_TABLES:
                 rows = parsed.tables.get(table)
                 if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
@@ -400,20 +401,91 @@ def _apply_renames(store: Store, renames: list[Plan]) -> None:
             _bump(store, p.file.engine)
 
 
+SPLIT_MIN_BYTES = 128 * 1024 * 1024
+
+
+def _splittable(p: Plan) -> bool:
+    return p.kind == "server_log" and not p.compressed and p.st.st_size - p.job().start_offset >= SPLIT_MIN_BYTES
+
+
+def split_job(job: FileJob, parts: int) -> list[FileJob]:
+    """Cut a large uncompressed log into byte ranges that start at record starts, with the line number
+    each range starts at (counting newlines is a memchr pass, far cheaper than parsing)."""
+    size = job.abs_path.stat().st_size
+    step = max((size - job.start_offset) // parts, 1)
+    bounds = [job.start_offset]
+    with job.abs_path.open("rb") as f:
+        for k in range(1, parts):
+            f.seek(job.start_offset + k * step)
+            window = f.read(4 * 1024 * 1024)
+            m = RECORD_START.search(window)
+            if m is None:
+                continue
+            cut = job.start_offset + k * step + m.start() + 1
+            if cut > bounds[-1]:
+                bounds.append(cut)
+        bounds.append(size)
+        jobs, line = [], job.start_line
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            jobs.append(FileJob(job.engine, job.abs_path, job.rel_path, job.kind, a, line, job.mtime, b))
+            f.seek(a)
+            remaining = b - a
+            while remaining > 0:
+                block = f.read(min(remaining, 16 * 1024 * 1024))
+                if not block:
+                    break
+                line += block.count(b"\n")
+                remaining -= len(block)
+    return jobs
+
+
 def _parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: Progress):
-    """Parse files in worker processes (each writes its row batches as Arrow IPC files), load here:
-    DuckDB has one writer, and loading overlaps the workers' parsing."""
+    """Parse files (and byte ranges of large logs) in worker processes, each spilling its row batches as
+    Arrow IPC files; load them here in file order: DuckDB has one writer, and loading overlaps parsing."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
     ctx = multiprocessing.get_context("spawn")     # polars' threads do not survive fork
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            futures = {pool.submit(parse_to_ipc, p.job(), str(tmp / f"f{i}")): p for i, p in enumerate(work)}
-            for fut in as_completed(futures):
-                p = futures[fut]
+            submitted = []
+            for i, p in enumerate(work):
+                pieces = split_job(p.job(), jobs * 2) if _splittable(p) else [p.job()]
+                submitted.append((p, [pool.submit(parse_to_ipc, j, str(tmp / f"f{i}-{k}"))
+                                      for k, j in enumerate(pieces)]))
+            # whole small files as they finish; the ranges of a split log in order
+            pending = {futs[0]: (p, futs) for p, futs in submitted if len(futs) == 1}
+            for fut in as_completed(pending):
+                p, _ = pending[fut]
                 manifest, outcome = fut.result()
                 yield p, _load_file(store, p, _read_ipc(manifest, outcome))
+            for p, futs in submitted:
+                if len(futs) > 1:
+                    yield p, _load_file(store, p, _read_ranges(futs))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read_ranges(futures: list) -> Iterator[tuple[str, Any]]:
+    """The batches of a split log's ranges in file order, with checkpoints and totals made cumulative."""
+    from .sglang_log import newest_release
+
+    done = FileOutcome()
+    release = None
+    for fut in futures:
+        manifest, outcome = fut.result()
+        part = _read_ipc(manifest, outcome)
+        while True:
+            try:
+                table, rows = next(part)
+            except StopIteration as stop:
+                last = stop.value or outcome
+                break
+            if table == CHECKPOINT:
+                rows = FileOutcome(done.lines + rows.lines, done.unparsed + rows.unparsed, rows.read_bytes)
+            yield table, rows
+        done = FileOutcome(done.lines + last.lines, done.unparsed + last.unparsed, last.read_bytes)
+        release = newest_release(release, last.release)
+    done.release = release
+    return done
 
 
 def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], FileOutcome]:
@@ -481,7 +553,8 @@ def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, com
     }])
 
 
-def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOutcome) -> Iterator[Any]:
+def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOutcome,
+               end_offset: int | None = None) -> Iterator[Any]:
     """Parse a server log chunk by chunk; chunks end at record starts, so each one is whole records and
     ``out`` (read_bytes, lines) is a resume point after every yield."""
     head = head_text(f.abs_path).splitlines()
@@ -491,7 +564,7 @@ def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOut
                       default_year=datetime.fromtimestamp(f.abs_path.stat().st_mtime).year,
                       compose=detect_compose(head))
     out.read_bytes = start_offset
-    for chunk in iter_chunks(f.abs_path, start_offset, start_line, records=True):
+    for chunk in iter_chunks(f.abs_path, start_offset, start_line, records=True, end_offset=end_offset):
         parsed = parse_chunk(chunk.lines, chunk.first_line, ctx)
         out.release = newest_release(out.release, parsed.release)
         out.lines += parsed.lines

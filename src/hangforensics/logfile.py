@@ -85,7 +85,7 @@ RECORD_START = re.compile(rb"\n(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:\(\w+ pid=\d+[^
 
 
 def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
-                chunk_bytes: int = CHUNK_BYTES, records: bool = False) -> Iterator[Chunk]:
+                chunk_bytes: int = CHUNK_BYTES, records: bool = False, end_offset: int | None = None) -> Iterator[Chunk]:
     """Yield complete lines in bounded chunks, from ``start_offset`` (a line boundary).
 
     With ``records`` a chunk ends before the last record start it holds (when one lies in its second
@@ -100,7 +100,8 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
             line_no = start_line
             carry = b""
             while True:
-                block = f.read(chunk_bytes)
+                want = chunk_bytes if end_offset is None else min(chunk_bytes, end_offset - offset - len(carry))
+                block = f.read(want) if want > 0 else b""
                 eof = not block
                 data = carry + block
                 if not eof:
