@@ -18,7 +18,7 @@ from pathlib import Path
 from .errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
-CHUNK_BYTES = 8 * 1024 * 1024         # memory: about 35x the chunk at peak while it is parsed
+CHUNK_BYTES = 4 * 1024 * 1024         # memory: about 35x the chunk at peak while it is parsed
 HEAD_BYTES = 64 * 1024
 
 # docker compose logs: 'sglang-1  | [2026-...] ...'

@@ -382,7 +382,7 @@ class Store:
         try:
             # Bounded memory however large the evidence: DuckDB spills beyond this instead of growing.
             self.con = duckdb.connect(self.path, read_only=read_only,
-                                      config={"memory_limit": os.environ.get("HANGFORENSICS_DB_MEMORY", "512MB")})
+                                      config={"memory_limit": os.environ.get("HANGFORENSICS_DB_MEMORY", "256MB")})
         except duckdb.IOException as e:
             if "lock" in str(e).lower():
                 raise DatabaseBusyError(
