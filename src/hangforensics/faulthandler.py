@@ -42,7 +42,6 @@ from .pyspy import Dump, Frame, Process, Thread
 HEADER = r"(?P<cur>Current thread|Thread) (?P<tid>0x[0-9a-fA-F]+)(?: \[(?P<name>[^\]]*)\])? \(most recent call first\):"
 HEADER_RE = re.compile(rf"^{HEADER}$")
 HEADER_TAIL_RE = re.compile(rf"{HEADER}$")             # a header completing a broken line
-HEADER_ANY_RE = re.compile(HEADER)
 STACK_RE = re.compile(r"^Stack \(most recent call first\):$")
 C_STACK_RE = re.compile(r"^Current thread's C stack trace \(most recent call first\):$")
 FATAL_RE = re.compile(r"^Fatal Python error: (?P<msg>.*)$")

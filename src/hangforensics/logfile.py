@@ -23,7 +23,6 @@ HEAD_BYTES = 64 * 1024
 
 # docker compose logs: 'sglang-1  | [2026-...] ...'
 COMPOSE_RE = re.compile(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?")
-COMPOSE_POLARS = r"^[\w.-]+(?:[-_]\d+)?\s*\| ?"
 
 
 def is_gzip(path: Path) -> bool:

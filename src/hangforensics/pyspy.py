@@ -30,9 +30,7 @@ LOCALS_ITEM_RE = re.compile(r"^            \S")
 SEPARATOR_RE = re.compile(r"^-{40,}$")
 # Rank tags inside a process title: sglang::scheduler_DP0_TP3_EP3
 TITLE_RANK_RE = re.compile(r"(?:^|[_\s:])((?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)")
-NATIVE_LIB_RE = re.compile(r"\.so(?:\.[\w.]+)?$|^lib|\.dylib$|^python[\d.]*$")
 
-PYSPY_START_RE = re.compile(r"^(Process \d+: |Thread (\d+|0x[0-9A-Fa-f]+) \((idle|active))")
 
 
 @dataclass

@@ -18,7 +18,6 @@ from .errors import RuleError
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 REQUIRED = ("id", "severity", "title", "description", "logic")
-FINDING_COLUMNS = ("engine", "ranks", "ts", "ts_end", "title", "detail", "evidence")
 
 
 @dataclass(frozen=True)

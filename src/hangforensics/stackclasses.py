@@ -42,7 +42,6 @@ WRAPPERS = re.compile(r"(^|\.)(wrapper|_exception_logger\.<locals>\.wrapper|deco
                       r"__call__|_call_impl|_wrapped_call_impl)$")
 # Collectives every rank enters once per scheduler iteration: waiting there is the normal sync point.
 PER_ITERATION_SITES = re.compile(r"recv_requests|broadcast_pyobj|event_loop")
-IDLE_HELPER_THREADS = re.compile(r"tqdm|_read_thread|watchdog|Thread-\d+ \(_", re.I)
 
 
 def short(fn: str) -> str:
