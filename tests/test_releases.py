@@ -164,3 +164,16 @@ def test_release_is_recognised_from_the_formats(release: str):
         ingest_paths(st, [DATA / release / "server.log"])
         assert st.scalar("SELECT release_hint FROM sources") == release
         assert st.scalar("SELECT release_hint FROM engine_facts") == release
+
+
+def test_vllm_records_are_dated_and_named():
+    """vLLM's envelope has no year: it comes from the file; hang messages get kinds of their own."""
+    with Store(":memory:") as st:
+        ingest_paths(st, [DATA.parent / "vllm" / "server.log"])
+        rows = st.query("SELECT line, line_end, ts, rank, kind FROM events ORDER BY line")
+        assert [r["kind"] for r in rows] == ["vllm_stats", "vllm_stats", "vllm_shm_wait", "vllm_engine_dead",
+                                             "vllm_engine_dead"]
+        assert rows[2]["rank"] == "EngineCore_DP0" and rows[3]["line_end"] == 7     # the traceback attached
+        assert all(r["ts"] is not None and r["ts"].strftime("%m-%d %H:%M") >= "09-01 12:00" for r in rows)
+        assert st.scalar("SELECT status FROM http_requests") == 503
+        assert st.scalar("SELECT unparsed_lines FROM sources") == 0

@@ -72,6 +72,7 @@ CONTINUABLE = {
     "log", "watchdog_debug_info", "pyspy_dump", "pyspy_failed", "watchdog_batch_info", "sigquit",
     "scheduler_exception", "mem_leak_warning", "mem_leak_busy", "mem_check_busy", "torch_nccl", "vllm",
     "server_args", "subprocess_crashed", "symm_mem", "watchdog_timeout", "pd_transfer_failed", "faulthandler",
+    "vllm_engine_dead", "vllm_worker_died", "vllm_rpc_timeout",
 }
 # Kinds walked in Python for attributes, dumps and leak text.
 DETAILED = {
@@ -172,6 +173,14 @@ def _kind_chain(col: pl.Expr, table: list[tuple[str, str]], default: str | None)
     return expr.otherwise(pl.lit(default, dtype=pl.String))
 
 
+# vLLM (sglang-formats.md §9): stats lines and the messages of a hung or dead engine.
+VLLM_KINDS = [
+    ("vllm_stats", r"Avg prompt throughput: |Avg generation throughput: "),
+    ("vllm_shm_wait", r"No available shared memory broadcast block found"),
+    ("vllm_rpc_timeout", r"RPC call to \w+ timed out"),
+    ("vllm_engine_dead", r"EngineCore encountered|EngineDeadError"),
+    ("vllm_worker_died", r"died unexpectedly"),
+]
 FAULTHANDLER_START = r"^(?:Fatal Python error: |Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!$)"
 NON_PREFIXED_KINDS = [("torch_nccl", GLOG), ("nccl_debug", NCCL_DEBUG), ("vllm", VLLM), ("access", BARE_ACCESS),
                       ("environment", ENVIRONMENT), ("faulthandler", FAULTHANDLER_START)]
@@ -301,11 +310,25 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
 
     # -- other records -> events ----------------------------------------------
     ev = starts.filter(~pl.col("kind").is_in(["batch", "access"]))
+    # vLLM records: 'MM-DD HH:MM:SS' with no year (taken from the nearest dated line), the process name
+    # as rank-like context, and the hang messages of sglang-formats.md §9.3 as their own kinds.
+    vllm = pl.col("body").str.extract_groups(VLLM)
+    ev = ev.with_columns(
+        pl.when(pl.col("kind") == "vllm").then(vllm.struct.field("vts")).alias("_vts"),
+        pl.when(pl.col("kind") == "vllm").then(vllm.struct.field("vmsg")).alias("_vmsg"),
+        pl.when(pl.col("kind") == "vllm").then(vllm.struct.field("vproc")).alias("_vproc"),
+    ).with_columns(
+        pl.concat_str([pl.col("ctx_ts").dt.year().cast(pl.String), pl.lit("-"), pl.col("_vts")])
+        .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False).alias("_vdt"),
+        pl.when(pl.col("kind") != "vllm").then(pl.col("kind"))
+        .otherwise(_kind_chain(pl.col("_vmsg").fill_null(""), VLLM_KINDS, "vllm")).alias("kind"),
+    )
     events = ev.select(
         pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"),
-        pl.col("line_end"), pl.col("ts_dt").alias("ts"),
-        pl.col("ranks").str.strip_chars().fill_null("").alias("rank"),
-        pl.col("kind"), pl.coalesce(pl.col("msg"), pl.col("body")).str.slice(0, 2000).alias("message"),
+        pl.col("line_end"), pl.coalesce(pl.col("ts_dt"), pl.col("_vdt")).alias("ts"),
+        pl.coalesce(pl.col("ranks").str.strip_chars(), pl.col("_vproc")).fill_null("").alias("rank"),
+        pl.col("kind"),
+        pl.coalesce(pl.col("msg"), pl.col("_vmsg"), pl.col("body")).str.slice(0, 2000).alias("message"),
         pl.lit(None, dtype=pl.String).alias("attrs"),
     )
 
