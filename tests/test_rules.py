@@ -181,3 +181,35 @@ def test_glog_lines_in_another_zone_are_aligned_to_the_log(tmp_path):
         ingest_paths(st, [tmp_path / "utc"])
         row = st.query("SELECT ts, attrs FROM events WHERE kind = 'torch_nccl' LIMIT 1")[0]
         assert row["ts"].hour == 10 and '"clock_shift_s": 28800' in row["attrs"]
+
+
+def _vllm_log(folder, hung: bool):
+    lines = []
+    for s in range(0, 120, 10):
+        lines.append(f"(APIServer pid=3164) INFO 05-01 10:{s // 60:02d}:{s % 60:02d} [loggers.py:259] Engine 000: "
+                     f"Avg prompt throughput: 512.3 tokens/s, Avg generation throughput: 845.0 tokens/s, "
+                     f"Running: 12 reqs, Waiting: 0 reqs, GPU KV cache usage: 31.4%, Prefix cache hit rate: 12.0%")
+    running = 12 if hung else 0
+    lines.append(f"(APIServer pid=3164) INFO 05-01 10:02:00 [loggers.py:259] Engine 000: Avg prompt throughput: "
+                 f"0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: {running} reqs, Waiting: 0 reqs, "
+                 f"GPU KV cache usage: 31.4%, Prefix cache hit rate: 12.0%")
+    for m in range(3, 9):
+        if hung:
+            lines.append(f"(EngineCore_DP0 pid=3300) WARNING 05-01 10:{m:02d}:50 [shm_broadcast.py:466] No available "
+                         f"shared memory broadcast block found in 60 seconds. This typically happens when some "
+                         f"processes are hanging or doing some time-consuming work.")
+        lines.append(f'(APIServer pid=3164) INFO 05-01 10:{m:02d}:55 [logger.py:10] heartbeat ok')
+    folder.mkdir(parents=True)
+    (folder / "vllm.log").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_vllm_engine_stall_is_found_from_its_stats_and_shm_waits(tmp_path):
+    f = by_rule(analyze_folder(_vllm_log(tmp_path / "vllm-hung", hung=True)))
+    (stall,) = f["stall-onset"]
+    assert stall["ts"].strftime("%H:%M:%S") == "10:01:50"
+    assert "shared-memory broadcast" in stall["detail"] and "0 tokens/s" in stall["detail"]
+
+
+def test_vllm_engine_that_went_quiet_is_idle(tmp_path):
+    assert analyze_folder(_vllm_log(tmp_path / "vllm-idle", hung=False)) == []

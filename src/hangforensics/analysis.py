@@ -4,7 +4,8 @@ This is the one place where reasoning needs Python rather than SQL (the rules
 in ``rules/`` are SQL over these tables and the interface views).  The logic
 follows interface.md §3 "Progress and pending work":
 
-* progress is a Prefill/Decode batch line;
+* progress is a Prefill/Decode batch line (or a vLLM stats line with generation throughput above 0:
+  the view ``progress``);
 * a *segment* is one run of the server (a ``server_args`` line starts a new one);
 * a segment *stalls* when its last progress is never followed by more progress,
   the silence lasts at least ``MIN_SILENCE_S`` (or a hard signal such as a
@@ -114,7 +115,7 @@ def _stall(store: Store, seg: Segment) -> dict | None:
     e = seg.engine
     w, p = _in_seg(seg)
     last = store.query(
-        f"SELECT ts, path, line, rank, queue_req, pending_req, running_req FROM batches "
+        f"SELECT ts, path, line, rank, queue_req, pending_req, running_req FROM progress "
         f"WHERE engine = ? {w} ORDER BY ts DESC, line DESC LIMIT 1", [e, *p])
     if not last:
         return None
@@ -123,7 +124,7 @@ def _stall(store: Store, seg: Segment) -> dict | None:
         f"""SELECT max(ts) FROM (
               SELECT ts FROM events WHERE engine = ? {w}
               UNION ALL SELECT ts FROM http_requests WHERE engine = ? {w}
-              UNION ALL SELECT ts FROM batches WHERE engine = ? {w})""", [e, *p, e, *p, e, *p])
+              UNION ALL SELECT ts FROM progress WHERE engine = ? {w})""", [e, *p, e, *p, e, *p])
     silent = (end - onset).total_seconds() if end else 0.0
     ws, ps = _in_seg(seg)
     reasons: list[str] = []
@@ -160,11 +161,26 @@ def _stall(store: Store, seg: Segment) -> dict | None:
         hard = True
         reasons.append(f"torch NCCL watchdog reported a collective timeout at {_fmt(nccl['first'])}")
         evidence.append({"file": nccl["path"], "line": nccl["line"]})
+    # vLLM: its engine hangs show as shared-memory broadcast waits, RPC timeouts, a dead engine core,
+    # and a last stats line with 0 tokens/s but requests still running (sglang-formats.md §9)
+    for kind, what in (("vllm_shm_wait", "vLLM workers waited for a shared-memory broadcast block"),
+                       ("vllm_rpc_timeout", "a vLLM RPC to the workers timed out"),
+                       ("vllm_engine_dead", "the vLLM engine core died")):
+        hit = first_event(kind)
+        if hit:
+            hard = True
+            reasons.append(f"{what} ({hit['n']} time(s), first at {_fmt(hit['first'])})")
+            evidence.append({"file": hit["path"], "line": hit["line"]})
+    stale = first_event("vllm_stats", "AND TRY_CAST(regexp_extract(message, 'Running: (\\d+) reqs', 1) AS INT) > 0")
+    if stale:
+        reasons.append(f"vLLM stats after the last progress still counted running requests at 0 tokens/s "
+                       f"({_fmt(stale['first'])})")
+        evidence.append({"file": stale["path"], "line": stale["line"]})
     # queued / transferring work in each logging rank's last batch line
     lasts = store.query(
         f"""SELECT rank, arg_max(queue_req, ts) AS q, arg_max(pending_req, ts) AS pend,
                    arg_max(path, ts) AS path, arg_max(line, ts) AS line
-            FROM batches WHERE engine = ? {w} GROUP BY rank""", [e, *p])
+            FROM progress WHERE engine = ? {w} GROUP BY rank""", [e, *p])
     waiting = [r for r in lasts if (r["q"] or 0) > 0 or (r["pend"] or 0) > 0]
     if waiting:
         r = waiting[0]
@@ -191,7 +207,7 @@ def _rank_stops(store: Store, seg: Segment, stall: dict) -> tuple[list[dict], Fr
 
     per_rank = store.query(
         f"""SELECT rank, max(ts) AS stopped_at, arg_max(path, ts) AS path, arg_max(line, ts) AS line
-            FROM batches WHERE engine = ? {w} GROUP BY rank ORDER BY stopped_at""", [e, *p])
+            FROM progress WHERE engine = ? {w} GROUP BY rank ORDER BY stopped_at""", [e, *p])
     wd = store.query(
         f"""SELECT rank, min(ts) AS fired_at, arg_min(path, ts) AS path, arg_min(line, ts) AS line
             FROM events WHERE engine = ? AND kind = 'watchdog_timeout' AND ts > ? AND rank <> '' {w}
@@ -275,7 +291,7 @@ def candidates(store: Store, engines: list[str]) -> list[str]:
     rows = store.query(
         f"""WITH b AS (
               SELECT engine, ts, lead(ts) OVER (PARTITION BY engine ORDER BY ts) AS nxt
-              FROM batches WHERE list_contains($1, engine)),
+              FROM progress WHERE list_contains($1, engine)),
             gaps AS (SELECT engine, max(ts) AS last_b, max(epoch(nxt) - epoch(ts)) AS gap FROM b GROUP BY engine),
             ends AS (
               SELECT engine, max(ts) AS e FROM (
@@ -283,7 +299,8 @@ def candidates(store: Store, engines: list[str]) -> list[str]:
                 UNION ALL SELECT engine, ts FROM http_requests WHERE list_contains($1, engine)) GROUP BY engine),
             hard AS (
               SELECT DISTINCT engine FROM events WHERE list_contains($1, engine)
-              AND kind IN ('watchdog_timeout', 'torch_nccl', 'health_check_failed'))
+              AND kind IN ('watchdog_timeout', 'torch_nccl', 'health_check_failed', 'vllm_shm_wait',
+                         'vllm_rpc_timeout', 'vllm_engine_dead'))
             SELECT g.engine FROM gaps g LEFT JOIN ends USING (engine)
             WHERE g.gap >= {MIN_SILENCE_S} OR epoch(ends.e) - epoch(g.last_b) >= {MIN_SILENCE_S}
                OR g.engine IN (SELECT engine FROM hard)""", [engines])

@@ -286,6 +286,18 @@ CLOCKED = {"events": "path", "batches": "path", "http_requests": "file", "stacks
 
 # Views over the tables, for questions SREs ask often.
 VIEWS = {
+    # Forward progress: SGLang batch lines, and vLLM stats lines whose generation throughput moved.
+    "progress": """
+        SELECT engine, path, line, ts, rank, batch_kind, running_req, queue_req, pending_req FROM batches
+        UNION ALL
+        SELECT engine, path, line, ts, rank, 'vllm' AS batch_kind,
+               TRY_CAST(regexp_extract(message, 'Running: (\\d+) reqs', 1) AS BIGINT) AS running_req,
+               TRY_CAST(regexp_extract(message, 'Waiting: (\\d+) reqs', 1) AS BIGINT) AS queue_req,
+               NULL::BIGINT AS pending_req
+        FROM events
+        WHERE kind = 'vllm_stats'
+          AND TRY_CAST(regexp_extract(message, 'Avg generation throughput: ([0-9.]+)', 1) AS DOUBLE) > 0
+    """,
     # GPU index -> local rank via base_gpu_id / gpu_id_step (server_args), labelled like the log prefix.
     "gpu_rank_samples": """
         SELECT g.*, 'TP' || CAST((g.gpu_index - COALESCE(a.base, 0)) // COALESCE(NULLIF(a.step, 0), 1) AS VARCHAR)
