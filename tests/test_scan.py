@@ -127,12 +127,14 @@ def test_a_killed_scan_is_completed_by_the_next_without_duplicates(tmp_path: Pat
     while time.monotonic() < deadline and not Path(f"{db}.wal").exists() and not db.exists():
         time.sleep(0.05)
     time.sleep(1.5)
+    interrupted = proc.poll() is None          # on a very fast machine the scan may already be done
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     res = scan(fleet, db, jobs=1)
     assert counts(db) == clean
     with Store(db) as st:
-        assert st.scalar("SELECT count(*) FROM scans WHERE finished_at IS NOT NULL") == 1
+        finished = st.scalar("SELECT count(*) FROM scans WHERE finished_at IS NOT NULL")
+        assert finished == (1 if interrupted else 2)
         dup = st.scalar("SELECT count(*) FROM (SELECT engine, path, line FROM batches GROUP BY ALL HAVING count(*) > 1)")
         assert dup == 0
     assert res.ingest.files_read + res.ingest.files_skipped == 30
