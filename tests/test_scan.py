@@ -113,6 +113,20 @@ def test_incremental_append_rotate_compress_delete(tmp_path: Path):
     assert counts(db)["batches"] == c["batches"]
 
 
+def test_a_removed_engine_folder_is_noted_as_vanished(tmp_path: Path):
+    import shutil
+
+    fleet = small_fleet(tmp_path)
+    db = tmp_path / "h.duckdb"
+    scan(fleet, db)
+    shutil.rmtree(fleet / "gpu2-healthy")
+    res = scan(fleet, db)
+    assert res.ingest.files_vanished == 1
+    with Store(db) as st:
+        assert st.scalar("SELECT status FROM sources WHERE engine = 'gpu2-healthy'") == "vanished"
+        assert st.scalar("SELECT count(*) FROM batches WHERE engine = 'gpu2-healthy'") > 0
+
+
 def test_a_killed_scan_is_completed_by_the_next_without_duplicates(tmp_path: Path):
     fleet = tmp_path / "fleet"
     subprocess.run([sys.executable, str(REPO / "bench" / "generate.py"), "fleet", str(fleet), "--engines", "30",

@@ -93,7 +93,10 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
         scan_id = (store.scalar("SELECT COALESCE(max(scan_id), 0) FROM scans") or 0) + 1
         started = datetime.now()
         store.append("scans", [{"scan_id": scan_id, "root": str(root.resolve()), "started_at": started}])
-        engines = sorted({f.engine for f in files})
+        # engines under ROOT now, and engines read from ROOT before whose folder is gone: their files vanished
+        prefix = str(root.resolve()).rstrip("/") + "/"
+        engines = sorted({f.engine for f in files} | {r["engine"] for r in store.query(
+            "SELECT DISTINCT engine FROM sources WHERE starts_with(abs_path, ?)", [prefix])})
         res = ingest_files(store, root, files, progress, jobs=jobs, vanish_engines=engines)
         stale = [r["engine"] for r in store.query(
             "SELECT s.engine FROM (SELECT DISTINCT engine FROM sources) s LEFT JOIN engine_state e USING (engine) "
