@@ -302,6 +302,11 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
 
 
 CHECKPOINT = "__checkpoint__"
+
+
+def _with_result(gen: Iterator[tuple[str, Any]], result: list) -> Iterator[tuple[str, Any]]:
+    """Iterate a batch generator; its return value (the FileOutcome) is appended to ``result``."""
+    result.append((yield from gen))
 COMMIT_BYTES = 64 * 1024 * 1024
 
 
@@ -314,13 +319,9 @@ def _load_file(store: Store, p: Plan, batches: Iterator[tuple[str, Any]]) -> Fil
     try:
         if p.action == "read" and p.prev is not None:
             _forget(store, p.prev)
-        outcome, committed_at = FileOutcome(), p.job().start_offset
-        while True:
-            try:
-                table, rows = next(batches)
-            except StopIteration as stop:
-                outcome = stop.value or outcome
-                break
+        result: list[FileOutcome] = []
+        committed_at = p.job().start_offset
+        for table, rows in _with_result(batches, result):
             if table == CHECKPOINT:
                 if rows.read_bytes - committed_at >= COMMIT_BYTES:
                     _finish_source(store, p, rows, status="partial")
@@ -329,6 +330,7 @@ def _load_file(store: Store, p: Plan, batches: Iterator[tuple[str, Any]]) -> Fil
                     committed_at = rows.read_bytes
                 continue
             _append(store, table, rows)
+        outcome = result[0] or FileOutcome()
         _finish_source(store, p, outcome)
         _bump(store, p.file.engine)
         store.con.execute("COMMIT")
@@ -472,16 +474,12 @@ def _read_ranges(futures: list) -> Iterator[tuple[str, Any]]:
     release = None
     for fut in futures:
         manifest, outcome = fut.result()
-        part = _read_ipc(manifest, outcome)
-        while True:
-            try:
-                table, rows = next(part)
-            except StopIteration as stop:
-                last = stop.value or outcome
-                break
+        result: list[FileOutcome] = []
+        for table, rows in _with_result(_read_ipc(manifest, outcome), result):
             if table == CHECKPOINT:
                 rows = FileOutcome(done.lines + rows.lines, done.unparsed + rows.unparsed, rows.read_bytes)
             yield table, rows
+        last = result[0] or outcome
         done = FileOutcome(done.lines + last.lines, done.unparsed + last.unparsed, last.read_bytes)
         release = newest_release(release, last.release)
     done.release = release
@@ -490,25 +488,22 @@ def _read_ranges(futures: list) -> Iterator[tuple[str, Any]]:
 
 def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], FileOutcome]:
     """Worker: parse one file, spill each batch to an Arrow IPC file; errors travel back in the outcome."""
+    import polars as pl
+
     manifest: list[tuple[str, str]] = []
-    gen = parse_file(job)
+    result: list[FileOutcome] = []
     try:
-        while True:
-            try:
-                table, rows = next(gen)
-            except StopIteration as stop:
-                return manifest, stop.value or FileOutcome()
+        for table, rows in _with_result(parse_file(job), result):
             if table == CHECKPOINT:
                 manifest.append((table, json.dumps([rows.lines, rows.unparsed, rows.read_bytes])))
                 continue
-            import polars as pl
-
             df = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)
             path = f"{prefix}-{len(manifest)}-{table}.arrow"
             df.write_ipc(path, compression="lz4")
             manifest.append((table, path))
     except InputError as e:
         return [], FileOutcome(status=f"error: {e}")
+    return manifest, result[0] or FileOutcome()
 
 
 def _read_ipc(manifest: list[tuple[str, str]], outcome: FileOutcome):

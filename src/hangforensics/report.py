@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 
 from . import __version__
+from .analysis import PROBE_PATHS
 from .findings import iso
 from .logfile import iter_chunks
 from .ranks import rank_key
@@ -28,7 +29,6 @@ LABEL_W = 110
 ROW_H = 26
 BUCKETS = 180
 EXCERPT_CHARS = 400
-PROBES = ("/health", "/health_generate", "/ping", "/healthz", "/readiness", "/liveness")
 
 
 def templates_dir() -> Path:
@@ -158,7 +158,7 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
     probes = []
     for r in store.query(
             "SELECT ts, status, path FROM http_requests WHERE engine = ? AND list_contains(?, path) "
-            "AND ts >= ? AND ts <= ? ORDER BY ts", [engine, list(PROBES), t0, t1]):
+            "AND ts >= ? AND ts <= ? ORDER BY ts", [engine, list(PROBE_PATHS), t0, t1]):
         after = stall is not None and r["ts"] > stall["onset"]
         probes.append({"x": x(r["ts"]), "ok": r["status"] == 200, "after": after, "status": r["status"],
                        "t": r["ts"].strftime("%H:%M:%S"), "path": r["path"]})

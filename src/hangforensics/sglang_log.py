@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from . import faulthandler, leaks, native_trace, pyspy, stackrows, torch_nccl
+from .logfile import COMPOSE_RE
 from .ranks import rank_numbers  # noqa: F401  (re-exported for older imports)
 
 # -- envelopes (polars / Rust regex syntax) -----------------------------------
@@ -195,7 +196,7 @@ def classify(texts: list[str], compose: bool) -> pl.DataFrame:
     df = pl.DataFrame({"text": pl.Series(texts, dtype=pl.String)}).with_row_index("i")
     src = pl.col("text")
     if compose:
-        src = src.str.replace(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?", "")
+        src = src.str.replace(COMPOSE_RE.pattern, "")
     df = df.with_columns(src.alias("body"))
     head = pl.col("body").str.extract_groups(PREFIX_HEAD)
     df = df.with_columns(head.struct.field("1").alias("ts"), head.struct.field("2").alias("ranks"))
@@ -489,7 +490,6 @@ class _BodyLines:
         return [COMPOSE_RE.sub("", x, count=1) for x in part] if self.compose else part
 
 
-COMPOSE_RE = re.compile(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?")
 
 
 SERVER_ARG_KEYS = [
