@@ -64,6 +64,16 @@ def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None 
     return ReportResult(out, Path(json_out) if json_out else None, doc, results)
 
 
+def migrate(db: Path) -> tuple[int | None, int]:
+    """Bring the database at ``db`` up to this release's schema version; return (from, to)."""
+    from .store import SCHEMA_VERSION
+
+    if not Path(db).exists():
+        raise InputError(f"no database at {db}")
+    with Store(db) as store:
+        return store.opened_at_version, SCHEMA_VERSION
+
+
 def rules() -> list[Rule]:
     return load_rules()
 

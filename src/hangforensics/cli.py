@@ -140,6 +140,16 @@ def sql(
         sys.stdout.write(text)
 
 
+@app.command()
+def migrate(db: Annotated[Path, typer.Option("--db", help="DuckDB file.")] = DEFAULT_DB) -> None:
+    """Upgrade a database written by an older hangforensics to this release's schema, in place."""
+    from . import api
+
+    before, after = api.migrate(db)
+    typer.echo(f"{db}: schema version {after}" + (f" (was {before})" if before != after else ", nothing to do"),
+               err=True)
+
+
 @app.command("rules")
 def rules_cmd() -> None:
     """List the rules with their ids, severities and one-line descriptions."""

@@ -10,6 +10,7 @@ import duckdb
 import polars as pl
 
 from .errors import DatabaseBusyError, DatabaseError, InputError, QueryError
+from .store import check_readable
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -43,6 +44,11 @@ def run_query(db: Path, query: str, fmt: str = "table", out: Path | None = None)
         raise DatabaseError(f"cannot open database {db}: {str(e).splitlines()[0]}") from e
     except duckdb.Error as e:
         raise DatabaseError(f"cannot open database {db}: {str(e).splitlines()[0]}") from e
+    try:
+        check_readable(con, str(db))
+    except DatabaseError:
+        con.close()
+        raise
     try:
         df = pl.from_arrow(con.sql(query).to_arrow_table())
     except duckdb.Error as e:

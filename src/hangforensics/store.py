@@ -19,7 +19,14 @@ import pyarrow as pa
 
 from .errors import DatabaseBusyError, DatabaseError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# How to bring an older database up to SCHEMA_VERSION: the statements that take version N to N + 1.
+# Writing commands apply them (in one transaction) when they open an older database; read-only
+# commands say how (``hangforensics migrate``).
+MIGRATIONS: dict[int, list[str]] = {
+    1: ["ALTER TABLE sources ADD COLUMN IF NOT EXISTS note VARCHAR"],
+}
 
 # Table DDL.  Columns named in interface.md §4 are the stable contract; the rest
 # are additions documented in docs/schema.md.
@@ -47,7 +54,8 @@ TABLES: dict[str, str] = {
         clock_offset_s DOUBLE,          -- seconds added to align this file to the main log's clock
         release_hint VARCHAR,           -- SGLang release family the formats point at
         status VARCHAR,                 -- ok, vanished
-        ingested_at TIMESTAMP
+        ingested_at TIMESTAMP,
+        note VARCHAR                    -- what was odd about the file and how it was handled (binary, truncated, ...)
     """,
     "events": """
         engine VARCHAR,
@@ -386,11 +394,44 @@ def _ddl() -> list[str]:
     return stmts
 
 
+def schema_version(con: duckdb.DuckDBPyConnection, path: str) -> int | None:
+    """The database's schema version; None for a new, empty database.  Raises DatabaseError for a
+    database this hangforensics cannot use (another tool's, or a newer schema)."""
+    tables = {r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+    if not tables:
+        return None
+    if "meta" not in tables:
+        raise DatabaseError(f"{path} is a DuckDB database but not a hangforensics one (no meta table)")
+    rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+    raw = rows[0][0] if rows else None
+    try:
+        version = int(raw)
+    except (TypeError, ValueError):
+        raise DatabaseError(f"database {path} records no readable schema version ({raw!r})") from None
+    if version > SCHEMA_VERSION:
+        raise DatabaseError(
+            f"database {path} has schema version {version}, newer than this hangforensics "
+            f"({SCHEMA_VERSION}); upgrade hangforensics")
+    return version
+
+
+def check_readable(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """For read-only use: the database must be at this schema version (an older one is migrated by any
+    writing command, or by ``hangforensics migrate``)."""
+    version = schema_version(con, path)
+    if version is not None and version < SCHEMA_VERSION:
+        raise DatabaseError(
+            f"database {path} has schema version {version}, older than this hangforensics "
+            f"({SCHEMA_VERSION}); run 'hangforensics migrate --db {path}' to upgrade it in place")
+
+
 class Store:
     """One DuckDB database file (or ``:memory:``) holding ingested evidence."""
 
     def __init__(self, path: str | Path = ":memory:", read_only: bool = False) -> None:
         self.path = str(path)
+        self.opened_at_version: int | None = None    # the schema version found on opening (None: new)
         try:
             # Bounded memory however large the evidence: DuckDB spills beyond this instead of growing.
             self.con = duckdb.connect(self.path, read_only=read_only,
@@ -403,20 +444,39 @@ class Store:
             raise DatabaseError(f"cannot open database {self.path}: {_first_line(e)}") from e
         except duckdb.Error as e:
             raise DatabaseError(f"cannot open database {self.path}: {_first_line(e)}") from e
-        if not read_only:
-            self._migrate()
+        try:
+            if not read_only:
+                self._migrate()
+            else:
+                check_readable(self.con, self.path)
+        except BaseException:
+            self.con.close()
+            raise
 
     def _migrate(self) -> None:
+        version = self.opened_at_version = self.schema_version()
+        if version is not None and version < SCHEMA_VERSION:
+            self.upgrade(version)
         for stmt in _ddl() + MACROS:
             self.con.execute(stmt)
-        version = self.scalar("SELECT value FROM meta WHERE key = 'schema_version'")
         if version is None:
             self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
-        elif int(version) > SCHEMA_VERSION:
+
+    def schema_version(self) -> int | None:
+        return schema_version(self.con, self.path)
+
+    def upgrade(self, version: int) -> None:
+        """Apply MIGRATIONS from ``version`` to SCHEMA_VERSION in one transaction."""
+        missing = [v for v in range(version, SCHEMA_VERSION) if v not in MIGRATIONS]
+        if missing:
             raise DatabaseError(
-                f"database {self.path} has schema version {version}, newer than this hangforensics "
-                f"({SCHEMA_VERSION}); upgrade hangforensics"
-            )
+                f"database {self.path} has schema version {version}, which this hangforensics cannot migrate; "
+                f"re-ingest the evidence into a new database")
+        with self.transaction():
+            for v in range(version, SCHEMA_VERSION):
+                for stmt in MIGRATIONS[v]:
+                    self.con.execute(stmt)
+            self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
 
     # -- loading ---------------------------------------------------------------
     def append(self, table: str, rows: pa.Table | Sequence[dict[str, Any]]) -> int:
