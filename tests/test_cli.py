@@ -122,18 +122,23 @@ def test_bad_input_is_one_line_exit_2(args: list[str], tmp_path: Path):
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
 
 
-def test_truncated_gzip_is_recorded_and_the_rest_analyzed(engine: Path, tmp_path: Path):
+def test_truncated_gzip_keeps_what_it_holds_and_the_rest_is_analyzed(engine: Path, tmp_path: Path):
     import gzip
+    import zlib
 
     data = gzip.compress(("[2026-05-01 09:00:00] old line\n" * 200000).encode())
-    (engine / "server.log.1.gz").write_bytes(data[: len(data) // 2])       # cut mid-stream
+    cut = data[: len(data) // 2]                                              # cut mid-stream
+    (engine / "server.log.1.gz").write_bytes(cut)
+    recoverable = zlib.decompressobj(wbits=31).decompress(cut)
     db = tmp_path / "h.duckdb"
     p = hf("report", str(engine), "-o", str(tmp_path / "r.html"), "--db", str(db))
     assert p.returncode == 0, p.stderr
-    rows = json.loads(hf("sql", "SELECT path, kind, status FROM sources ORDER BY path", "--db", str(db),
+    rows = json.loads(hf("sql", "SELECT path, kind, lines, status, note FROM sources ORDER BY path", "--db", str(db),
                          "--format", "json").stdout)
     bad = [r for r in rows if r["path"] == "server.log.1.gz"][0]
-    assert bad["kind"] == "unreadable" and bad["status"].startswith("error:")
+    assert bad["kind"] == "server_log" and bad["status"] == "ok"
+    assert "gzip data ends early" in bad["note"]
+    assert bad["lines"] == recoverable.count(b"\n") + (not recoverable.endswith(b"\n"))
     assert hf("sql", "SELECT count(*) FROM findings", "--db", str(db)).returncode == 0
 
 

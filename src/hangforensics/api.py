@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import findings as findings_mod
-from .errors import InputError
+from .errors import InputError, translate_disk_errors
 from .evidence import Workspace
 from .ingest import IngestResult, ingest_paths
 from .progress import Progress
@@ -26,6 +26,7 @@ class ReportResult:
     ingest: list[IngestResult]
 
 
+@translate_disk_errors
 def ingest(paths: list[Path], db: Path, mode: str = "auto", progress: Progress | None = None,
            jobs: int = 1) -> list[IngestResult]:
     """Load evidence into the DuckDB file ``db`` (incremental); ``jobs`` parser processes for large inputs."""
@@ -33,6 +34,7 @@ def ingest(paths: list[Path], db: Path, mode: str = "auto", progress: Progress |
         return ingest_paths(store, paths, mode=mode, progress=progress, jobs=jobs)
 
 
+@translate_disk_errors
 def analyze(db: Path) -> dict[str, Any]:
     """Run every rule over the database; store and return the findings document."""
     if not Path(db).exists():
@@ -41,6 +43,7 @@ def analyze(db: Path) -> dict[str, Any]:
         return findings_mod.document(findings_mod.run_rules(store))
 
 
+@translate_disk_errors
 def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None = None, mode: str = "auto",
            progress: Progress | None = None) -> ReportResult:
     """Postmortem in one step: ingest PATH, run the rules, write the HTML (and the findings JSON)."""
@@ -53,7 +56,7 @@ def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None 
         db_path = Path(db) if db else Path(tmp) / "evidence.duckdb"
         with Store(db_path) as store:
             results = ingest_paths(store, [Path(path)], mode=mode, progress=progress, workspace=ws,
-                                   jobs=os.cpu_count() or 1)
+                                   jobs=os.cpu_count() or 1, hold_live_tail=False)
             engines = [e for r in results for e in r.engines]
             found = findings_mod.run_rules(store, engines=engines)
             doc = findings_mod.document(found)
@@ -64,6 +67,7 @@ def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None 
     return ReportResult(out, Path(json_out) if json_out else None, doc, results)
 
 
+@translate_disk_errors
 def migrate(db: Path) -> tuple[int | None, int]:
     """Bring the database at ``db`` up to this release's schema version; return (from, to)."""
     from .store import SCHEMA_VERSION

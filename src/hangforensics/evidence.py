@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tarfile
@@ -57,15 +58,18 @@ def detect_kind(path: Path) -> str:
 
     server_log; stack dumps: pyspy_dump (py-spy text), pyspy_json, gdb_dump (gdb ``thread apply
     all bt`` / ``py-bt``), faulthandler_dump, native_trace (numbered C++/gdb frames);
-    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); binary, unreadable or
-    unknown.
+    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); empty, binary,
+    unreadable or unknown.
     """
     try:
         head = head_text(path)
     except InputError:
         return "unreadable"
-    if "\x00" in head[:8192]:
+    if not head:
+        return "empty"
+    if looks_binary(head):
         return "binary"
+    head = head.replace("\x00", "")         # NUL runs in a text file (crash, copytruncate) are skipped
     lines = [s.rstrip("\r") for s in head.splitlines()]
     first = [s for s in lines if s.strip()][:5]
     if first and (pyspy.PROCESS_RE.match(first[0]) or pyspy.THREAD_RE.match(first[0])):
@@ -98,6 +102,19 @@ def detect_kind(path: Path) -> str:
     return "unknown"
 
 
+_TEXT_CONTROLS = set("\t\n\r\x0c\x1b")
+
+
+def looks_binary(head: str) -> bool:
+    """Binary content (a core file, a profile, random bytes) rather than text with a few bad bytes:
+    more than 10 % of the first 8 KiB of non-NUL characters are undecodable or control characters."""
+    sample = head.replace("\x00", "")[:8192]
+    if not sample:
+        return True                          # nothing but NUL bytes
+    bad = sum(1 for c in sample if c == "\ufffd" or (c < " " and c not in _TEXT_CONTROLS))
+    return bad > 0.1 * len(sample)
+
+
 def _is_evidence_file(p: Path) -> bool:
     return p.is_file() and not p.name.startswith(".") and not p.name.endswith(".duckdb")
 
@@ -115,25 +132,57 @@ def is_fleet(path: Path) -> bool:
     return any(d.is_dir() and _files_under(d) for d in path.iterdir())
 
 
+# Decompression-bomb limits for incident bundles (override with HANGFORENSICS_MAX_UNPACK_BYTES).
+MAX_UNPACK_BYTES = 20 * 1024**3
+MAX_MEMBERS = 100_000
+MAX_RATIO = 200                 # uncompressed / archive size, checked once a bundle is past RATIO_FLOOR
+RATIO_FLOOR = 256 * 1024**2
+
+
+def _check_bomb(archive: Path, total: int, members: int) -> None:
+    limit = int(os.environ.get("HANGFORENSICS_MAX_UNPACK_BYTES", MAX_UNPACK_BYTES))
+    size = max(archive.stat().st_size, 1)
+    if members > MAX_MEMBERS:
+        raise InputError(f"{archive}: refused, {members} members (more than {MAX_MEMBERS}): an archive bomb?")
+    if total > limit:
+        raise InputError(f"{archive}: refused, it unpacks to {total / 1e9:.1f} GB (limit {limit / 1e9:.1f} GB, "
+                         f"HANGFORENSICS_MAX_UNPACK_BYTES): unpack it yourself and give the folder")
+    if total > RATIO_FLOOR and total / size > MAX_RATIO:
+        raise InputError(f"{archive}: refused, it unpacks to {total / 1e6:.0f} MB from {size / 1e6:.1f} MB "
+                         f"(ratio {total / size:.0f}:1): a decompression bomb?")
+
+
 def unpack_archive(archive: Path, dest: Path) -> Path:
-    """Unpack a .tar.gz/.zip incident bundle safely; return the engine folder inside it."""
+    """Unpack a .tar.gz/.zip incident bundle safely; return the engine folder inside it.
+
+    Refused, before anything is written: members that escape the folder (``../``, absolute paths),
+    links and device files, and decompression bombs (sizes declared in the archive, checked against
+    MAX_UNPACK_BYTES and MAX_RATIO).  Extraction itself is contained too (tar's ``data`` filter; a
+    zip member's symlink bit is ignored, so it lands as a plain file)."""
     dest = dest.resolve()
     try:
         if archive.name.endswith(".zip"):
             with zipfile.ZipFile(archive) as z:
-                for info in z.infolist():
+                infos = z.infolist()
+                for info in infos:
                     target = (dest / info.filename).resolve()
-                    if not target.is_relative_to(dest):
+                    if not target.is_relative_to(dest) or info.filename.startswith(("/", "\\")):
                         raise InputError(f"{archive}: member {info.filename!r} escapes the extraction folder")
+                _check_bomb(archive, sum(i.file_size for i in infos), len(infos))
                 z.extractall(dest)
         else:
             with tarfile.open(archive) as t:
-                for member in t.getmembers():
+                members = []
+                total = 0
+                for member in t:               # streams: a bomb is measured without being written
                     target = (dest / member.name).resolve()
                     if not target.is_relative_to(dest) or member.issym() or member.islnk() or member.isdev():
                         raise InputError(f"{archive}: member {member.name!r} is unsafe (escapes or links)")
-                t.extractall(dest, filter="data")
-    except (tarfile.TarError, zipfile.BadZipFile, OSError) as e:
+                    members.append(member)
+                    total += member.size
+                    _check_bomb(archive, total, len(members))
+                t.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as e:
         raise InputError(f"cannot unpack {archive}: {e}") from e
     entries = [p for p in dest.iterdir() if not p.name.startswith(".")]
     if len(entries) == 1 and entries[0].is_dir():

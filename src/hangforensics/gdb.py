@@ -33,7 +33,8 @@ THREAD_RE = re.compile(
     r'^Thread (?P<n>\d+) \((?:Thread (?P<ptid>0x[0-9a-fA-F]+) \(LWP (?P<lwp>\d+)\)|LWP (?P<lwp2>\d+)'
     r'|process (?P<proc>\d+)|Thread (?P<ptid2>0x[0-9a-fA-F]+))(?: "(?P<comm>.*)")?\):$'
 )
-FRAME_RE = re.compile(r"^#(?P<n>\d+) +(?:(?P<addr>0x[0-9a-fA-F]+) in )?(?P<rest>\S.*)$")
+# A bare address with nothing after it is a frame line cut off (a dump interrupted mid-write): not a frame.
+FRAME_RE = re.compile(r"^#(?P<n>\d+) +(?:(?P<addr>0x[0-9a-fA-F]+) in )?(?!0x[0-9a-fA-F]*$)(?P<rest>\S.*)$")
 INFERIOR_RE = re.compile(r"^\[Inferior \d+ \(process (\d+)\) detached\]$")
 ATTACH_RE = re.compile(r"^Attaching to (?:process|program: .*, process) (\d+)$")
 TRACEBACK_RE = re.compile(r"^Traceback \(most recent call first\):$")

@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -24,7 +25,16 @@ from .capture_errors import capture_error_reason
 from .clock import align_engine_clocks
 from .errors import InputError
 from .evidence import STACK_KINDS, EvidenceFile, Workspace, detect_kind
-from .logfile import HEAD_BYTES, RECORD_START, detect_compose, head_hash, head_text, is_gzip, iter_chunks
+from .logfile import (
+    HEAD_BYTES,
+    RECORD_START,
+    ReadNotes,
+    detect_compose,
+    head_hash,
+    head_text,
+    is_gzip,
+    iter_chunks,
+)
 from .progress import Progress
 from .stackrows import dump_rows, rank_from_place, ranks_from_pids
 from .store import LOADED_TABLES, Store, physical
@@ -56,7 +66,8 @@ class FileJob:
     start_offset: int = 0
     start_line: int = 1
     mtime: float = 0.0
-    end_offset: int | None = None       # a byte range of a large log (split across workers)
+    end_offset: int | None = None       # read up to here: the size planned (a file may grow meanwhile)
+    hold_partial: bool = False          # a live log's unfinished last line waits for the next ingest
 
 
 @dataclass
@@ -66,6 +77,8 @@ class FileOutcome:
     read_bytes: int = 0
     status: str = "ok"
     release: str | None = None
+    notes: ReadNotes = field(default_factory=ReadNotes)
+
 
 @dataclass
 class Plan:
@@ -77,24 +90,40 @@ class Plan:
     compressed: bool
     prev: dict | None = None     # the manifest row this file continues or replaces
     duplicate_of: str | None = None
+    hold_live_tail: bool = True  # False: take a last line without newline as final (one-shot report)
 
     def job(self) -> FileJob:
         resume = self.action in ("resume", "rename") and self.prev is not None
+        live = self.kind == "server_log" and not self.compressed
         return FileJob(self.file.engine, self.file.abs_path, self.file.rel_path, self.kind,
                        (self.prev["read_bytes"] or 0) if resume else 0,
-                       ((self.prev["lines"] or 0) + 1) if resume else 1, self.st.st_mtime)
+                       ((self.prev["lines"] or 0) + 1) if resume else 1, self.st.st_mtime,
+                       end_offset=self.st.st_size if live else None,
+                       hold_partial=live and self.hold_live_tail and is_live(self.st))
+
+
+# A log written to in the last LIVE_SECONDS may be mid-line: its unfinished last line is left for the
+# next ingest.  An older file is final, and its last line is read even without a newline.
+LIVE_SECONDS = 300.0
+
+
+def is_live(st: os.stat_result) -> bool:
+    return time.time() - st.st_mtime < LIVE_SECONDS
 
 
 def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: Progress | None = None,
-                 workspace: Workspace | None = None, jobs: int = 1) -> list[IngestResult]:
-    """Ingest each PATH (engine folder, fleet folder, single file or archive) into ``store``."""
+                 workspace: Workspace | None = None, jobs: int = 1, hold_live_tail: bool = True) -> list[IngestResult]:
+    """Ingest each PATH (engine folder, fleet folder, single file or archive) into ``store``.
+
+    ``hold_live_tail``: leave the unfinished last line of a log written to moments ago for the next
+    ingest (incremental use); a one-shot report reads it as it is."""
     own = workspace is None
     ws = workspace or Workspace()
     try:
         results = []
         for p in paths:
             root, files = ws.resolve(Path(p), mode)
-            results.append(ingest_files(store, root, files, progress, jobs=jobs))
+            results.append(ingest_files(store, root, files, progress, jobs=jobs, hold_live_tail=hold_live_tail))
         return results
     finally:
         if own:
@@ -102,7 +131,7 @@ def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: 
 
 
 def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: Progress | None = None,
-                 jobs: int = 1, vanish_engines: list[str] | None = None) -> IngestResult:
+                 jobs: int = 1, vanish_engines: list[str] | None = None, hold_live_tail: bool = True) -> IngestResult:
     """Plan every file against the manifest, parse what changed (in ``jobs`` processes), load it.
 
     ``vanish_engines``: engines whose manifest rows missing from ``files`` are marked vanished (a scan
@@ -113,7 +142,7 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
     for f in files:
         if f.engine not in res.engines:
             res.engines.append(f.engine)
-    plans = plan_files(store, files, vanish_engines or [])
+    plans = plan_files(store, files, vanish_engines or [], hold_live_tail)
     res.files_vanished = sum(1 for p in plans if p.action == "vanished")
     work = [p for p in plans if p.action in ("read", "resume", "rename")]
     res.bytes = sum(p.st.st_size for p in plans if p.action != "vanished")
@@ -156,7 +185,8 @@ NO_IDENTITY = ("unknown", "capture_error", "binary")
 
 
 # -- planning --------------------------------------------------------------------------------------
-def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str]) -> list[Plan]:
+def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str],
+               hold_live_tail: bool = True) -> list[Plan]:
     """Decide per file: skip (unchanged), read, resume (grew), rename (known content under a new name,
     e.g. rotation or compression), duplicate (the same content is read elsewhere) or unreadable; and
     which manifest rows of ``vanish_engines`` vanished."""
@@ -172,7 +202,7 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
             raise InputError(f"cannot read {f.rel_path}: {e.strerror or e}") from e
         prev = rows.get(str(f.abs_path))
         if prev is not None and prev["status"] in ("ok", "vanished") and prev["bytes"] == st.st_size \
-                and abs((prev["mtime"] or 0) - st.st_mtime) < 1e-6:
+                and abs((prev["mtime"] or 0) - st.st_mtime) < 1e-6 and not _tail_due(prev, st, hold_live_tail):
             # same size and mtime as when it was read: a stat is all an unchanged file costs
             claimed.add(prev["abs_path"])
             if prev["status"] == "vanished":       # back again: the manifest says so, nothing to read
@@ -196,9 +226,10 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
             unchanged = prev["bytes"] == st.st_size and abs((prev["mtime"] or 0) - st.st_mtime) < 1e-6
             if prev["status"] == "partial":
                 plans.append(Plan(f, "resume", kind, st, hhash, compressed, prev))   # an interrupted read
-            elif unchanged:
+            elif unchanged and not _tail_due(prev, st, hold_live_tail):
                 plans.append(Plan(f, "skip", kind, st, hhash, compressed, prev))
-            elif kind == "server_log" and not compressed and st.st_size > (prev["bytes"] or 0):
+            elif kind == "server_log" and not compressed and (st.st_size > (prev["bytes"] or 0)
+                                                               or _tail_due(prev, st, hold_live_tail)):
                 plans.append(Plan(f, "resume", kind, st, hhash, compressed, prev))
             else:
                 plans.append(Plan(f, "read", kind, st, hhash, compressed, prev))
@@ -246,7 +277,15 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
             ef = EvidenceFile(r["engine"], Path(r["abs_path"]), r["path"], r["rotation"] or 0, r["node"] or "")
             plans.append(Plan(ef, "vanished", r["kind"], os.stat_result((0,) * 10), r["head_hash"],
                               bool(r["compressed"]), r))
+    for p in plans:
+        p.hold_live_tail = hold_live_tail
     return plans
+
+
+def _tail_due(prev: dict, st: os.stat_result, hold_live_tail: bool) -> bool:
+    """An unfinished last line was left for later, and the file is now final (or the caller wants all)."""
+    return (prev["kind"] == "server_log" and not prev["compressed"] and (prev["read_bytes"] or 0) < st.st_size
+            and (not hold_live_tail or not is_live(st)))
 
 
 def _changed_on_disk(row: dict) -> bool:
@@ -266,8 +305,18 @@ def _record_plan_only(store: Store, p: Plan) -> None:
             if p.prev is not None:
                 _forget(store, p.prev)
             status = f"duplicate of {p.duplicate_of}" if p.action == "duplicate" else "error: cannot read"
-            _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, 0, 0, 0, status=status)
+            _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, 0, 0, 0, status=status,
+                           note=_unreadable_reason(p.file.abs_path) if p.action == "unreadable" else None)
         _bump(store, p.file.engine)
+
+
+def _unreadable_reason(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.read(1)
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    return "cannot read"
 
 
 def _bump(store: Store, engine: str) -> None:
@@ -284,7 +333,7 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
     f = EvidenceFile(job.engine, Path(job.abs_path), job.rel_path, 0, "")
     out = FileOutcome()
     if job.kind == "server_log":
-        for parsed in _parse_log(f, job.start_offset, job.start_line, out, job.end_offset):
+        for parsed in _parse_log(f, job.start_offset, job.start_line, out, job.end_offset, job.hold_partial):
             for table in LOADED_TABLES:
                 rows = parsed.tables.get(table)
                 if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
@@ -298,6 +347,12 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
         yield from _parse_gpu(f, out)
     elif job.kind == "unknown":
         yield from _parse_unknown(f, out)
+        out.notes.extra.append(f"no known evidence format (not an SGLang/vLLM/torch log, stack dump or "
+                               f"nvidia-smi CSV): its {out.lines} line(s) are kept in unparsed")
+    elif job.kind == "binary":
+        out.notes.extra.append(f"binary content ({job.abs_path.stat().st_size} bytes): not read as text")
+    elif job.kind == "empty":
+        out.notes.extra.append("empty file")
     return out
 
 
@@ -371,10 +426,14 @@ def _finish_source(store: Store, p: Plan, outcome: FileOutcome, status: str | No
                                                       [str(p.file.abs_path)])
     if sid is not None:
         store.con.execute("DELETE FROM sources WHERE source_id = ?", [sid])
+    notes = outcome.notes.summary()
+    if prev is not None and prev.get("note"):     # a resumed read: earlier notes stand, a held tail is done
+        notes = [n for n in prev["note"].split("; ") if not n.startswith("last line unfinished")
+                 and n not in notes] + notes
     _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, lines, unparsed,
                    max(outcome.read_bytes, prev["read_bytes"] or 0) if prev else outcome.read_bytes,
                    status=status or outcome.status, source_id=sid,
-                   release_hint=outcome.release or (prev or {}).get("release_hint"))
+                   release_hint=outcome.release or (prev or {}).get("release_hint"), note="; ".join(notes) or None)
 
 
 def _apply_renames(store: Store, renames: list[Plan]) -> None:
@@ -413,7 +472,7 @@ def _splittable(p: Plan) -> bool:
 def split_job(job: FileJob, parts: int) -> list[FileJob]:
     """Cut a large uncompressed log into byte ranges that start at record starts, with the line number
     each range starts at (counting newlines is a memchr pass, far cheaper than parsing)."""
-    size = job.abs_path.stat().st_size
+    size = job.end_offset if job.end_offset is not None else job.abs_path.stat().st_size
     step = max((size - job.start_offset) // parts, 1)
     bounds = [job.start_offset]
     with job.abs_path.open("rb") as f:
@@ -429,7 +488,8 @@ def split_job(job: FileJob, parts: int) -> list[FileJob]:
         bounds.append(size)
         jobs, line = [], job.start_line
         for a, b in zip(bounds, bounds[1:], strict=False):
-            jobs.append(FileJob(job.engine, job.abs_path, job.rel_path, job.kind, a, line, job.mtime, b))
+            jobs.append(FileJob(job.engine, job.abs_path, job.rel_path, job.kind, a, line, job.mtime, b,
+                                hold_partial=job.hold_partial and b == size))
             f.seek(a)
             remaining = b - a
             while remaining > 0:
@@ -480,7 +540,9 @@ def _read_ranges(futures: list) -> Iterator[tuple[str, Any]]:
                 rows = FileOutcome(done.lines + rows.lines, done.unparsed + rows.unparsed, rows.read_bytes)
             yield table, rows
         last = result[0] or outcome
-        done = FileOutcome(done.lines + last.lines, done.unparsed + last.unparsed, last.read_bytes)
+        notes = done.notes
+        notes.merge(last.notes)
+        done = FileOutcome(done.lines + last.lines, done.unparsed + last.unparsed, last.read_bytes, notes=notes)
         release = newest_release(release, last.release)
     done.release = release
     return done
@@ -536,7 +598,7 @@ def _forget(store: Store, row: dict) -> None:
 
 def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, compressed: bool, lines: int,
                    unparsed: int, read_bytes: int, status: str = "ok", release_hint: str | None = None,
-                   source_id: int | None = None) -> None:
+                   source_id: int | None = None, note: str | None = None) -> None:
     if source_id is None:
         source_id = store.scalar("SELECT COALESCE(MAX(source_id), 0) + 1 FROM sources")
     store.append("sources", [{
@@ -544,12 +606,12 @@ def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, com
         "kind": kind, "bytes": st.st_size, "lines": lines, "parsed_lines": lines - unparsed,
         "unparsed_lines": unparsed, "read_bytes": read_bytes, "head_hash": hhash, "mtime": st.st_mtime,
         "compressed": compressed, "rotation": f.rotation, "node": f.node, "clock_offset_s": 0.0,
-        "release_hint": release_hint, "status": status, "ingested_at": datetime.now(),
+        "release_hint": release_hint, "status": status, "ingested_at": datetime.now(), "note": note,
     }])
 
 
 def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOutcome,
-               end_offset: int | None = None) -> Iterator[Any]:
+               end_offset: int | None = None, hold_partial: bool = False) -> Iterator[Any]:
     """Parse a server log chunk by chunk; chunks end at record starts, so each one is whole records and
     ``out`` (read_bytes, lines) is a resume point after every yield."""
     head = head_text(f.abs_path).splitlines()
@@ -559,12 +621,17 @@ def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOut
                       default_year=datetime.fromtimestamp(f.abs_path.stat().st_mtime).year,
                       compose=detect_compose(head))
     out.read_bytes = start_offset
-    for chunk in iter_chunks(f.abs_path, start_offset, start_line, records=True, end_offset=end_offset):
+    for chunk in iter_chunks(f.abs_path, start_offset, start_line, records=True, end_offset=end_offset,
+                             notes=out.notes, hold_partial=hold_partial):
         parsed = parse_chunk(chunk.lines, chunk.first_line, ctx)
         out.release = newest_release(out.release, parsed.release)
         out.lines += parsed.lines
         out.unparsed += parsed.unparsed
         out.read_bytes = chunk.end_offset
+        out.notes.interleaved += parsed.interleaved
+        if parsed.backwards:
+            out.notes.backwards += parsed.backwards
+            out.notes.largest_back = max(out.notes.largest_back, parsed.largest_back)
         yield parsed
 
 
@@ -580,7 +647,7 @@ STACK_PARSERS: dict[str, Callable[[list[str], int], pyspy.Dump]] = {
 
 def _read_lines(f: EvidenceFile, out: FileOutcome) -> list[str]:
     lines: list[str] = []
-    for chunk in iter_chunks(f.abs_path):
+    for chunk in iter_chunks(f.abs_path, notes=out.notes):
         lines.extend(chunk.lines)
         out.read_bytes = chunk.end_offset
     return lines
@@ -602,6 +669,11 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome) ->
     un = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": text_lines[i]}
           for i in range(len(text_lines)) if i not in dump.consumed]
     out.lines, out.unparsed = len(text_lines), len(un)
+    if un:
+        out.notes.extra.append(f"{len(un)} line(s) outside the dump grammar (cut off or interleaved output?) "
+                               f"kept in unparsed")
+    if any(s.get("garbled") for s in stacks):
+        out.notes.extra.append("interleaved dump output: only frames that are certain were kept")
     yield "stacks", stacks
     yield "frames", frames
     yield "unparsed", un
@@ -618,7 +690,7 @@ def _parse_capture_error(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[st
 
 def _parse_gpu(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, Any]]:
     header: str | None = None
-    for chunk in iter_chunks(f.abs_path):
+    for chunk in iter_chunks(f.abs_path, notes=out.notes):
         lines, first = chunk.lines, chunk.first_line
         if header is None and lines:
             header = lines[0] if gpu.HEADER_RE.match(lines[0]) else ""
@@ -635,7 +707,7 @@ def _parse_gpu(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, Any]]:
 def _parse_unknown(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, Any]]:
     import polars as pl
 
-    for chunk in iter_chunks(f.abs_path):
+    for chunk in iter_chunks(f.abs_path, notes=out.notes):
         yield "unparsed", pl.DataFrame({
             "engine": f.engine, "path": f.rel_path,
             "line": pl.int_range(chunk.first_line, chunk.first_line + len(chunk.lines), eager=True),

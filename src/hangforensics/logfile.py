@@ -7,12 +7,12 @@ decompressed file, which is what evidence ``file:line`` points at.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import re
+import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError
@@ -20,6 +20,8 @@ from .errors import InputError
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 4 * 1024 * 1024         # memory: about 35x the chunk at peak while it is parsed
 HEAD_BYTES = 64 * 1024
+MAX_LINE_BYTES = 64 * 1024 * 1024     # a longer line keeps its first MAX_LINE_BYTES (and says so)
+NUL_SKIP_LIMIT = 256 * 1024 * 1024    # how far past a leading run of NUL bytes the sniffer looks
 
 # docker compose logs: 'sglang-1  | [2026-...] ...'
 COMPOSE_RE = re.compile(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?")
@@ -33,22 +35,118 @@ def is_gzip(path: Path) -> bool:
         raise InputError(f"cannot read {path}: {e.strerror or e}") from e
 
 
-def open_binary(path: Path) -> io.BufferedIOBase:
-    """Open a file for reading bytes, transparently decompressing gzip."""
+class GzipStream(io.RawIOBase):
+    """A gzip file read as a stream that keeps what a damaged file holds.
+
+    ``gzip.open`` raises at a truncated or corrupt member and loses the data of that read; this
+    stream returns every byte that decompresses, then reports the damage in ``damage`` (a
+    half-copied ``server.log.2.gz`` is common evidence).  Concatenated members are read in turn.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._raw = path.open("rb")
+        self._d = zlib.decompressobj(wbits=31)
+        self._buf = b""
+        self._pos = 0
+        self._done = False
+        self.damage: str | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self, want: int) -> None:
+        while len(self._buf) < want and not self._done:
+            # small input steps: a corrupt block loses only the output of its own step
+            data = self._d.unconsumed_tail or self._raw.read(16 * 1024)
+            if not data:
+                if not self._d.eof:
+                    self.damage = f"gzip data ends early after {self._pos + len(self._buf)} bytes (truncated copy?)"
+                self._done = True
+                break
+            try:
+                out = self._d.decompress(data, max(want - len(self._buf), 64 * 1024))
+            except zlib.error as e:
+                self.damage = (f"gzip data corrupt after {self._pos + len(self._buf)} bytes ({e}; the lines just "
+                               f"before it may be garbled too)")
+                self._done = True
+                break
+            self._buf += out
+            if self._d.eof:
+                rest = self._d.unused_data
+                if rest.lstrip(b"\x00"):                   # another member follows
+                    self._d = zlib.decompressobj(wbits=31)
+                    self._raw.seek(-len(rest), io.SEEK_CUR)
+                else:
+                    self._done = True
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            chunks = []
+            while True:
+                block = self.read(CHUNK_BYTES)
+                if not block:
+                    return b"".join(chunks)
+                chunks.append(block)
+        self._fill(size)
+        out, self._buf = self._buf[:size], self._buf[size:]
+        self._pos += len(out)
+        return out
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Forward only (decompress and discard): resuming a compressed file from an offset."""
+        if whence != io.SEEK_SET or offset < self._pos:
+            raise io.UnsupportedOperation("GzipStream seeks forward only")
+        while self._pos < offset:
+            if not self.read(min(offset - self._pos, CHUNK_BYTES)):
+                break
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def open_binary(path: Path) -> io.RawIOBase:
+    """Open a file for reading bytes, transparently decompressing gzip (damage tolerant)."""
     try:
         if is_gzip(path):
-            return gzip.open(path, "rb")  # type: ignore[return-value]
-        return path.open("rb")
+            return GzipStream(path)
+        return path.open("rb")  # type: ignore[return-value]
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror or e}") from e
+
+
+def _skip_leading_nul(f: io.RawIOBase) -> int:
+    """Skip a leading run of NUL bytes (a log truncated in place by logrotate's copytruncate while
+    its writer kept its offset); return how many were skipped, the stream placed after them."""
+    skipped = 0
+    while skipped < NUL_SKIP_LIMIT:
+        block = f.read(1024 * 1024)
+        if not block:
+            return skipped
+        stripped = block.lstrip(b"\x00")
+        if stripped:
+            skipped += len(block) - len(stripped)
+            if isinstance(f, GzipStream):
+                f._buf = stripped + f._buf          # put back what follows the run
+                f._pos -= len(stripped)
+            else:
+                f.seek(-len(stripped), io.SEEK_CUR)
+            return skipped
+        skipped += len(block)
+    return skipped
 
 
 def head_text(path: Path, nbytes: int = HEAD_BYTES) -> str:
     """The first bytes of a file (decompressed), decoded leniently, for content sniffing."""
     with open_binary(path) as f:
         try:
+            _skip_leading_nul(f)
             data = f.read(nbytes)
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
+        except OSError as e:
             raise InputError(f"cannot read {path}: {e}") from e
     return data.decode("utf-8", errors="replace")
 
@@ -56,7 +154,10 @@ def head_text(path: Path, nbytes: int = HEAD_BYTES) -> str:
 def head_hash(path: Path, nbytes: int = HEAD_BYTES) -> str:
     """Identity of a file's content start: survives renames and gzip (hash of the decompressed head)."""
     with open_binary(path) as f:
-        data = f.read(min(nbytes, HEAD_BYTES))
+        try:
+            data = f.read(min(nbytes, HEAD_BYTES))
+        except OSError as e:
+            raise InputError(f"cannot read {path}: {e}") from e
     return hashlib.sha1(data).hexdigest()
 
 
@@ -77,6 +178,66 @@ class Chunk:
     eof: bool
 
 
+@dataclass
+class ReadNotes:
+    """What was odd about a file's bytes, for its ``sources.note``: nothing is dropped silently."""
+
+    nul_bytes: int = 0
+    leading_nul_bytes: int = 0
+    invalid_utf8_lines: int = 0
+    long_lines: int = 0                 # lines over LONG_LINE_BYTES
+    longest: tuple[int, int] = (0, 0)   # (bytes, line number)
+    cut_bytes: int = 0                  # bytes beyond MAX_LINE_BYTES not kept
+    held_back: int = 0                  # bytes of an unfinished last line left for the next read
+    damage: str | None = None           # gzip truncation or corruption
+    backwards: int = 0                  # records dated well before the record above them
+    interleaved: int = 0                # lines cut into by another process's record
+    largest_back: tuple[float, int] = (0.0, 0)   # (seconds, line)
+    extra: list[str] = field(default_factory=list)   # notes of the file's kind (binary, empty, ...)
+
+    def merge(self, other: ReadNotes) -> None:
+        """Add the notes of a later byte range of the same file."""
+        for name in ("nul_bytes", "invalid_utf8_lines", "long_lines", "cut_bytes", "backwards", "interleaved"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.longest = max(self.longest, other.longest)
+        self.largest_back = max(self.largest_back, other.largest_back)
+        self.held_back = other.held_back
+        self.damage = self.damage or other.damage
+        self.extra += [x for x in other.extra if x not in self.extra]
+
+    def summary(self) -> list[str]:
+        out = list(self.extra)
+        if self.damage:
+            out.append(f"{self.damage}: kept every line before it")
+        if self.leading_nul_bytes:
+            out.append(f"starts with {self.leading_nul_bytes} NUL bytes (truncated in place, e.g. copytruncate): "
+                       f"skipped")
+        if self.nul_bytes:
+            out.append(f"{self.nul_bytes} NUL bytes inside lines removed")
+        if self.invalid_utf8_lines:
+            out.append(f"{self.invalid_utf8_lines} line(s) with invalid UTF-8, decoded with U+FFFD")
+        if self.long_lines:
+            size, line = self.longest
+            out.append(f"{self.long_lines} line(s) over {LONG_LINE_BYTES // 1024 // 1024} MB, longest "
+                       f"{size / 1e6:.1f} MB at line {line}")
+        if self.cut_bytes:
+            out.append(f"{self.cut_bytes} bytes beyond {MAX_LINE_BYTES // 1024 // 1024} MB per line not kept")
+        if self.interleaved:
+            out.append(f"{self.interleaved} line(s) cut into by another process's record: the complete inner "
+                       f"record was parsed, the fragment before it dropped")
+        if self.backwards:
+            secs, line = self.largest_back
+            out.append(f"timestamps go backwards {self.backwards} time(s), by up to {secs:.0f} s (line {line}); "
+                       f"lines are kept in file order")
+        if self.held_back:
+            out.append(f"last line unfinished (still being written?): its {self.held_back} bytes are left "
+                       f"for the next ingest")
+        return out
+
+
+LONG_LINE_BYTES = 1024 * 1024
+
+
 # A line that starts a log record (SGLang prefix, torch glog), optionally behind a compose prefix:
 # chunks of a log end just before one, so no record is split and every chunk end is a resume point.
 RECORD_START = re.compile(rb"\n(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:\(\w+ pid=\d+[^)]*\)\s*)?"
@@ -84,29 +245,51 @@ RECORD_START = re.compile(rb"\n(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:\(\w+ pid=\d+[^
 
 
 def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
-                chunk_bytes: int = CHUNK_BYTES, records: bool = False, end_offset: int | None = None) -> Iterator[Chunk]:
-    """Yield complete lines in bounded chunks, from ``start_offset`` (a line boundary).
+                chunk_bytes: int = CHUNK_BYTES, records: bool = False, end_offset: int | None = None,
+                notes: ReadNotes | None = None, hold_partial: bool = False) -> Iterator[Chunk]:
+    """Yield complete lines in bounded chunks, from ``start_offset`` (a line boundary) to ``end_offset``
+    (default: the end of the file).
 
     With ``records`` a chunk ends before the last record start it holds (when one lies in its second
-    half), so multi-line records stay whole and ``end_offset`` is a safe place to resume.
+    half), so multi-line records stay whole and ``end_offset`` is a safe place to resume.  Damage is
+    tolerated and counted in ``notes``: NUL bytes are removed (a leading run is skipped), invalid UTF-8
+    becomes U+FFFD, a line longer than MAX_LINE_BYTES keeps its start, a damaged gzip yields what it
+    holds.  ``hold_partial``: a last line without its newline (a live file mid-write) is not yielded.
     """
+    notes = notes if notes is not None else ReadNotes()
     f = open_binary(path)
     with f:
         try:
             if start_offset:
                 f.seek(start_offset)              # gzip: decompresses up to the offset
-            offset = start_offset
+                offset = start_offset
+            else:
+                offset = notes.leading_nul_bytes = _skip_leading_nul(f)
             line_no = start_line
             carry = b""
+            cut_line = False                      # dropping the rest of an over-long line
             while True:
                 want = chunk_bytes if end_offset is None else min(chunk_bytes, end_offset - offset - len(carry))
                 block = f.read(want) if want > 0 else b""
                 eof = not block
+                if cut_line and block:
+                    nl = block.find(b"\n")
+                    dropped = len(block) if nl < 0 else nl
+                    notes.cut_bytes += dropped
+                    offset += dropped
+                    if nl < 0:
+                        continue
+                    block, cut_line = block[nl:], False
                 data = carry + block
                 if not eof:
                     cut = data.rfind(b"\n")
                     if cut < 0:
-                        carry = data
+                        if len(data) > MAX_LINE_BYTES:   # keep the start of a monstrous line, skip the rest
+                            notes.cut_bytes += len(data) - MAX_LINE_BYTES
+                            offset += len(data) - MAX_LINE_BYTES
+                            carry, cut_line = data[:MAX_LINE_BYTES], True
+                        else:
+                            carry = data
                         continue
                     if records:
                         last = None
@@ -117,17 +300,38 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                     body, carry = data[: cut + 1], data[cut + 1:]
                 else:
                     body, carry = data, b""
+                    if hold_partial and body and not body.endswith(b"\n"):
+                        keep = body.rfind(b"\n") + 1
+                        notes.held_back = len(body) - keep
+                        body = body[:keep]
                 if body:
-                    text = body.decode("utf-8", errors="replace")
+                    consumed = len(body)
+                    if b"\x00" in body:
+                        n = body.count(b"\x00")
+                        notes.nul_bytes += n
+                        body = body.replace(b"\x00", b"")
+                    try:
+                        text = body.decode("utf-8")
+                    except UnicodeDecodeError:
+                        text = body.decode("utf-8", errors="replace")
+                        notes.invalid_utf8_lines += sum(1 for s in text.split("\n") if "\ufffd" in s)
                     lines = text.split("\n")
                     if lines and lines[-1] == "":
                         lines.pop()
                     if "\r" in text:
                         lines = [s[:-1] if s.endswith("\r") else s for s in lines]
-                    offset += len(body)
+                    if consumed > LONG_LINE_BYTES and max(map(len, lines), default=0) > LONG_LINE_BYTES:
+                        for i, s in enumerate(lines):
+                            if len(s) > LONG_LINE_BYTES:
+                                notes.long_lines += 1
+                                if len(s) > notes.longest[0]:
+                                    notes.longest = (len(s), line_no + i)
+                    offset += consumed
                     yield Chunk(line_no, lines, offset, eof)
                     line_no += len(lines)
                 if eof:
+                    if isinstance(f, GzipStream) and f.damage:
+                        notes.damage = f.damage
                     return
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
+        except OSError as e:
             raise InputError(f"cannot read {path}: {e}") from e

@@ -115,6 +115,7 @@ def parse_dump(lines: list[str], first_line: int = 1) -> Dump:
     unmatched: list[int] = []
     proc: Process | None = None
     thread: Thread | None = None
+    frame_lines: list[int] = []
     for i, raw in enumerate(lines):
         text = raw.rstrip("\r\n")
         if not text.strip() or SEPARATOR_RE.match(text):
@@ -122,6 +123,7 @@ def parse_dump(lines: list[str], first_line: int = 1) -> Dump:
             continue
         m = FRAME_RE.match(text)
         if m and thread is not None:
+            frame_lines.append(i)
             ln = m.group("line")
             native = _is_native(m.group("file"), ln)
             thread.frames.append(
@@ -160,6 +162,15 @@ def parse_dump(lines: list[str], first_line: int = 1) -> Dump:
             consumed.add(i)
             continue
         unmatched.append(i)
+    if any(not p.threads for p in processes[:-1]):
+        # Two processes dumped into one file at once, line by line: a process header with no thread
+        # before the next header.  No frame can be attributed with certainty: the threads are kept
+        # (marked garbled), their frame lines go to unparsed.
+        for th in (t for p in processes for t in p.threads):
+            th.frames.clear()
+            th.garbled = True
+        consumed.difference_update(frame_lines)
+        unmatched = sorted(unmatched + frame_lines)
     return Dump(processes, consumed, unmatched)
 
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import DatabaseBusyError, InputError
+from .errors import DatabaseBusyError, InputError, translate_disk_errors
 from .evidence import Workspace
 from .ingest import IngestResult, ingest_files
 from .progress import Progress
@@ -80,6 +80,7 @@ class ScanLock:
             self.fd = None
 
 
+@translate_disk_errors
 def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = None, wait_s: float = 0.0,
          jobs: int | None = None, progress: Progress | None = None) -> ScanResult:
     """Scan the fleet at ``root`` (its immediate subfolders are engines) into ``db``."""

@@ -112,6 +112,7 @@ class FileContext:
     default_year: int              # for glog / vLLM timestamps that carry no year
     compose: bool = False
     last_ts: datetime | None = None  # carried across chunks
+    prev_ts: datetime | None = None  # timestamp of the previous chunk's last dated record, in file order
 
 
 @dataclass
@@ -122,6 +123,14 @@ class Parsed:
     lines: int = 0
     unparsed: int = 0
     release: str | None = None     # the SGLang release family the formats point at
+    interleaved: int = 0           # lines cut into by another record (the inner record is parsed)
+    backwards: int = 0             # records dated more than BACKWARDS_S before the record above them
+    largest_back: tuple[float, int] = (0.0, 0)   # (seconds, line) of the largest such step
+
+
+# Interleaved processes disorder their lines by milliseconds; a step back larger than this is a clock
+# that went backwards (NTP step, a container restart on another clock, lines pasted out of order).
+BACKWARDS_S = 2.0
 
 
 # Format traits that date a log (sglang-formats.md), newest first: (release family, message regex).
@@ -164,6 +173,12 @@ PREFIX_HEAD = (
     r"^(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?"
     r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\]"
 )
+# Two processes writing one file at once: a line cut into by another record's full line.  The last
+# prefix on the line starts the complete record; the fragment before it is noted, not parsed.
+INTERLEAVED = (
+    r"^.+?((?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?"
+    r"(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*\] .*)$"
+)
 ACCESS_HEAD = r"^(?:INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL):\s+\S* - \""
 
 
@@ -198,6 +213,8 @@ def classify(texts: list[str], compose: bool) -> pl.DataFrame:
     if compose:
         src = src.str.replace(COMPOSE_RE.pattern, "")
     df = df.with_columns(src.alias("body"))
+    inner = pl.col("body").str.extract(INTERLEAVED, 1)
+    df = df.with_columns(inner.is_not_null().alias("interleaved"), pl.coalesce(inner, pl.col("body")).alias("body"))
     head = pl.col("body").str.extract_groups(PREFIX_HEAD)
     df = df.with_columns(head.struct.field("1").alias("ts"), head.struct.field("2").alias("ranks"))
     close = pl.col("body").str.find("]", literal=True)
@@ -243,7 +260,7 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
     """Parse a chunk of complete records; line numbers start at ``first_line``."""
     df = classify(lines, ctx.compose)
     df = df.with_columns((pl.col("i").cast(pl.Int64) + first_line).alias("line"))
-    out = Parsed(lines=len(lines))
+    out = Parsed(lines=len(lines), interleaved=int(df.get_column("interleaved").sum()))
 
     # Record extents: last line of each record (its continuation lines).
     ext = (
@@ -476,7 +493,22 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
     last = starts.get_column("ts_dt").drop_nulls()
     if last.len():
         ctx.last_ts = last.max()  # type: ignore[assignment]
+        _count_backwards(starts.select("line", "ts_dt").drop_nulls(), ctx, out)
     return out
+
+
+def _count_backwards(dated: pl.DataFrame, ctx: FileContext, out: Parsed) -> None:
+    """Count records dated well before the record above them (a clock that went backwards)."""
+    prev = pl.col("ts_dt").shift(1)
+    if ctx.prev_ts is not None:
+        prev = prev.fill_null(pl.lit(ctx.prev_ts))
+    steps = dated.with_columns((prev - pl.col("ts_dt")).dt.total_milliseconds().alias("back_ms")) \
+        .filter(pl.col("back_ms") > BACKWARDS_S * 1000)
+    ctx.prev_ts = dated.get_column("ts_dt")[-1]
+    if steps.height:
+        out.backwards = steps.height
+        top = steps.sort("back_ms", descending=True).row(0, named=True)
+        out.largest_back = (top["back_ms"] / 1000, top["line"])
 
 
 class _BodyLines:
