@@ -59,7 +59,8 @@ def translate_disk_errors(func: F) -> F:
             return func(*args, **kwargs)
         except HangforensicsError as e:
             if e.__cause__ is not None and _is_disk_full(e.__cause__):
-                raise DiskFullError(_disk_message(e.__cause__)) from e
+                raise DiskFullError(f"no space left on device: {e}; free space, or point --db / -o / TMPDIR at "
+                                    f"a larger filesystem") from e
             raise
         except Exception as e:
             if _is_disk_full(e):

@@ -391,7 +391,7 @@ def _load_file(store: Store, p: Plan, batches: Iterator[tuple[str, Any]]) -> Fil
         store.con.execute("COMMIT")
         return outcome
     except BaseException as e:
-        store.con.execute("ROLLBACK")
+        store.rollback()
         if not isinstance(e, InputError):
             raise
         with store.transaction():

@@ -504,10 +504,16 @@ class Store:
         try:
             yield
         except BaseException:
-            self.con.execute("ROLLBACK")
+            self.rollback()
             raise
         else:
             self.con.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """Roll back the open transaction, if any: a COMMIT that failed (disk full) has already ended it,
+        and a second error must not hide the first."""
+        with contextlib.suppress(duckdb.TransactionException):
+            self.con.execute("ROLLBACK")
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """First column of the first row (None when no row); consumes the whole result."""

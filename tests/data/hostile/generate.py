@@ -90,18 +90,18 @@ def damaged_stall() -> dict[str, bytes]:
         "server.log.1.gz": gz[: len(gz) * 2 // 3],            # the rotation copy was cut off
         # py-spy dump of TP0 cut mid-thread (and mid-line)
         "captures/pyspy-tp0.txt": (
-            "Process 4101: sglang::scheduler_TP0\nPython v3.12.3 (/usr/bin/python3.12)\n\n"
-            'Thread 4101 (idle): "MainThread"\n    recvmsg (libc.so.6)\n'
-            "    ncclCommWindowRegister (libnccl.so.2)\n"
-            "    _register_segments_for_comm (sglang/srt/distributed/device_communicators/pynccl_allo").encode(),
+            b"Process 4101: sglang::scheduler_TP0\nPython v3.12.3 (/usr/bin/python3.12)\n\n"
+            b'Thread 4101 (idle): "MainThread"\n    recvmsg (libc.so.6)\n'
+            b"    ncclCommWindowRegister (libnccl.so.2)\n"
+            b"    _register_segments_for_comm (sglang/srt/distributed/device_communicators/pynccl_allo"),
         # two ranks' py-spy dumps written to one file at once, line by line
         "captures/pyspy-both.txt": _interleaved_dumps(),
         # gdb cut off mid-frame
         "captures/gdb-tp1.txt": (
-            "[New LWP 4102]\n[Thread debugging using libthread_db enabled]\n"
-            'Thread 1 (Thread 0x7f00 (LWP 4102) "python3"):\n'
-            "#0  0x00007f0e in recvmsg () from /lib/x86_64-linux-gnu/libc.so.6\n"
-            "#1  0x00007f0f in ncclCommWindowRegister () from /usr/lib/libnccl.so.2\n#2  0x00007f1").encode(),
+            b"[New LWP 4102]\n[Thread debugging using libthread_db enabled]\n"
+            b'Thread 1 (Thread 0x7f00 (LWP 4102) "python3"):\n'
+            b"#0  0x00007f0e in recvmsg () from /lib/x86_64-linux-gnu/libc.so.6\n"
+            b"#1  0x00007f0f in ncclCommWindowRegister () from /usr/lib/libnccl.so.2\n#2  0x00007f1"),
         # nvidia-smi samples with junk rows
         "gpu/smi.csv": (
             "timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]\n"
