@@ -127,17 +127,41 @@ def scan(
 
 @app.command()
 def sql(
-    query: Annotated[str, typer.Argument(help="One read-only SQL query over the views (sources, events, batches, ...).")],
+    query: Annotated[str, typer.Argument(
+        help="One read-only SQL query over the views (sources, events, batches, ...), or the name of a "
+             "named query (see 'hangforensics queries').")],
     db: Annotated[Path, typer.Option("--db", help="DuckDB file.")] = DEFAULT_DB,
     fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet.")] = "table",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+    max_rows: Annotated[int, typer.Option("--max-rows", help="Rows a table shows (0: all); exports hold all.")] = 50,
 ) -> None:
-    """Read-only ad hoc SQL (DML, DDL, COPY, ATTACH, INSTALL/LOAD refused)."""
+    """Read-only ad hoc SQL: SELECT, EXPLAIN, DESCRIBE/SHOW/SUMMARIZE and reporting pragmas.
+
+    DML, DDL, COPY, ATTACH, INSTALL/LOAD, SET and writing pragmas are refused, and queries cannot read files.
+
+    When QUERY is exactly the name of a named query (e.g. 'last-progress'), that query runs.
+
+    A table fits the terminal ($COLUMNS); csv, json and parquet (-o needed) export every row.
+    """
     from .sqlquery import run_query
 
-    text = run_query(db, query, fmt, output)
+    text = run_query(db, query, fmt, output, max_rows=max_rows)
     if text is not None:
         sys.stdout.write(text)
+
+
+@app.command("queries")
+def queries_cmd() -> None:
+    """List the named queries 'hangforensics sql NAME' runs: name, title and what each answers."""
+    import shutil
+    import textwrap
+
+    from .named_queries import load_named_queries
+
+    width = max(shutil.get_terminal_size((100, 24)).columns, 60)
+    for q in load_named_queries():
+        typer.echo(f"{q.name:<26}{q.title}")
+        typer.echo(textwrap.fill(q.description, width, initial_indent=" " * 26, subsequent_indent=" " * 26))
 
 
 @app.command()

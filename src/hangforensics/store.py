@@ -32,257 +32,257 @@ MIGRATIONS: dict[int, list[str]] = {
 # are additions documented in docs/schema.md.
 TABLES: dict[str, str] = {
     "meta": """
-        key VARCHAR PRIMARY KEY,
-        value VARCHAR
+        key VARCHAR PRIMARY KEY,        -- fact name, e.g. schema_version
+        value VARCHAR                   -- fact value, as text
     """,
     "sources": """
-        source_id INTEGER PRIMARY KEY,
+        source_id INTEGER PRIMARY KEY,  -- row id of the file in this database
         path VARCHAR NOT NULL,          -- relative to the ingest root, begins with the engine folder for fleets
-        abs_path VARCHAR NOT NULL,
-        engine VARCHAR NOT NULL,
+        abs_path VARCHAR NOT NULL,      -- absolute path the file was read from (a temporary folder for bundles)
+        engine VARCHAR NOT NULL,        -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
         kind VARCHAR NOT NULL,          -- server_log, pyspy_dump, unknown, unreadable
         bytes BIGINT,                   -- bytes on disk (compressed size for .gz)
-        lines BIGINT,
-        parsed_lines BIGINT,
-        unparsed_lines BIGINT,
+        lines BIGINT,                   -- lines read so far
+        parsed_lines BIGINT,            -- lines represented by a typed row of a parsed view
+        unparsed_lines BIGINT,          -- lines kept verbatim in unparsed (lines = parsed_lines + unparsed_lines)
         read_bytes BIGINT,              -- decompressed bytes consumed so far (resume point)
         head_hash VARCHAR,              -- hash of the first 64 KiB: identity across renames
-        mtime DOUBLE,
-        compressed BOOLEAN,
+        mtime DOUBLE,                   -- file modification time, seconds since the epoch
+        compressed BOOLEAN,             -- true for a .gz file (read decompressed)
         rotation INTEGER,               -- 0 = live file, 1 = server.log.1, ...
         node VARCHAR,                   -- file stem when an engine has one log per node
         clock_offset_s DOUBLE,          -- seconds added to align this file to the main log's clock
         release_hint VARCHAR,           -- SGLang release family the formats point at
         status VARCHAR,                 -- ok, vanished
-        ingested_at TIMESTAMP,
+        ingested_at TIMESTAMP,          -- when this file was last read (local time of the ingesting machine)
         note VARCHAR                    -- what was odd about the file and how it was handled (binary, truncated, ...)
     """,
     "events": """
-        engine VARCHAR,
-        path VARCHAR,
-        line BIGINT,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- first line of the record in that file, from 1
         line_end BIGINT,                -- last line of a multi-line record (continuations attached)
-        ts TIMESTAMP,
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
         rank VARCHAR,                   -- as SGLang writes it: 'TP3', 'DP1 TP1 EP1', '' for the main process
-        kind VARCHAR,
+        kind VARCHAR,                   -- what the record is: server_args, watchdog, pyspy_header, torch_nccl, exception, vllm_stats, log, ...
         message VARCHAR,                -- first line of the record, without its prefix
         attrs JSON                      -- kind-specific fields (pid, timeout, seq, ...)
     """,
     "batches": """
-        engine VARCHAR,
-        path VARCHAR,
-        line BIGINT,
-        ts TIMESTAMP,
-        rank VARCHAR,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
+        rank VARCHAR,                   -- rank that printed the batch line (usually the first TP rank of each DP group)
         batch_kind VARCHAR,             -- Prefill / Decode
-        forward_iter BIGINT,
-        new_seq BIGINT,
-        new_token BIGINT,
-        cached_token BIGINT,
-        running_req BIGINT,
-        queue_req BIGINT,
+        forward_iter BIGINT,            -- forward pass counter, where the release prints one
+        new_seq BIGINT,                 -- Prefill: '#new-seq', prompts started in this batch
+        new_token BIGINT,               -- Prefill: '#new-token', prompt tokens computed
+        cached_token BIGINT,            -- Prefill: '#cached-token', prompt tokens served from the prefix cache
+        running_req BIGINT,             -- '#running-req': requests in the running batch
+        queue_req BIGINT,               -- '#queue-req': requests waiting to be scheduled
         num_token BIGINT,               -- '#token' or '#full token'
         token_usage DOUBLE,             -- 'token usage' or 'full token usage'
-        swa_token_usage DOUBLE,
-        mamba_usage DOUBLE,
-        gen_throughput DOUBLE,
-        input_throughput DOUBLE,
+        swa_token_usage DOUBLE,         -- sliding-window-attention KV pool usage (0-1), hybrid models
+        mamba_usage DOUBLE,             -- Mamba state pool usage (0-1), hybrid models
+        gen_throughput DOUBLE,          -- Decode: 'gen throughput (token/s)'
+        input_throughput DOUBLE,        -- Prefill: 'input throughput (token/s)'
         graph BOOLEAN,                  -- cuda/cpu/npu/musa graph
-        accept_len DOUBLE,
+        accept_len DOUBLE,              -- speculative decoding: mean accepted draft length
         pending_req BIGINT              -- PD queues: prealloc + transfer + inflight + bootstrap (+ older names)
     """,
     "http_requests": """
-        engine VARCHAR,
-        file VARCHAR,
-        line BIGINT,
-        ts TIMESTAMP,
-        client VARCHAR,
-        method VARCHAR,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        file VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s); an access line is written when the response starts
+        client VARCHAR,                 -- client address:port
+        method VARCHAR,                 -- HTTP method (GET, POST, ...)
         path VARCHAR,                   -- URL path (the file is in 'file')
-        status INTEGER
+        status INTEGER                  -- HTTP status code answered
     """,
     "stacks": """
-        engine VARCHAR,
-        dump_id VARCHAR,
-        thread_id VARCHAR,
-        ts TIMESTAMP,
-        rank VARCHAR,
-        pid BIGINT,
-        thread_name VARCHAR,
-        thread_state VARCHAR,
-        path VARCHAR,
-        line BIGINT,
-        process_title VARCHAR,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        dump_id VARCHAR,                -- one stack dump (one process at one time); joins frames
+        thread_id VARCHAR,              -- thread within the dump (joins frames with dump_id)
+        ts TIMESTAMP,                   -- when the dump was taken, on the main log's clock (a standalone file's mtime when it has no time)
+        rank VARCHAR,                   -- rank the dumped process serves, from its title or the log prefix
+        pid BIGINT,                     -- process id of the dumped process
+        thread_name VARCHAR,            -- thread name, e.g. MainThread
+        thread_state VARCHAR,           -- idle, active, gil or as the dumper printed it
+        path VARCHAR,                   -- file holding the dump, relative to the ingest root
+        line BIGINT,                    -- line where the thread's section starts in that file
+        process_title VARCHAR,          -- process title line, e.g. 'sglang::scheduler_TP3'
         capture VARCHAR,                -- embedded (in a log) or standalone
         format VARCHAR,                 -- pyspy_text, pyspy_json, gdb, gdb_pybt, faulthandler, trace
         garbled BOOLEAN                 -- interleaved output: only the certain frames were kept
     """,
     "frames": """
-        dump_id VARCHAR,
-        thread_id VARCHAR,
+        dump_id VARCHAR,                -- the dump (joins stacks)
+        thread_id VARCHAR,              -- the thread (joins stacks)
         depth INTEGER,                  -- 0 = innermost
-        function VARCHAR,
-        file VARCHAR,
-        line BIGINT,
-        native BOOLEAN,
+        function VARCHAR,               -- function name (qualified where the dumper printed it)
+        file VARCHAR,                   -- source file of the frame (Python file, or empty for native frames without one)
+        line BIGINT,                    -- line in that source file
+        native BOOLEAN,                 -- true for a native (C/C++/CUDA/NCCL) frame
         library VARCHAR                 -- shared object of a native frame, when printed
     """,
     "leak_reports": """
-        engine VARCHAR,
-        path VARCHAR,
-        line BIGINT,
-        ts TIMESTAMP,
-        rank VARCHAR,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
+        rank VARCHAR,                   -- rank that printed the report
         context VARCHAR,                -- idle / busy / watchdog
         form VARCHAR,                   -- radix, pool, mamba, hybrid_swa, req_pool, busy_assert
         leaked_full_pages BIGINT,       -- number of pages listed, NULL when printed as None / absent
-        leaked_mamba_pages BIGINT,
-        total_size BIGINT,
-        available_size BIGINT,
-        evictable_size BIGINT,
-        protected_size BIGINT,
+        leaked_mamba_pages BIGINT,      -- Mamba pages listed as leaked, NULL when printed as None / absent
+        total_size BIGINT,              -- pool size in tokens (max_total_num_tokens)
+        available_size BIGINT,          -- free tokens in the pool
+        evictable_size BIGINT,          -- tokens held by the radix cache that can be evicted
+        protected_size BIGINT,          -- tokens locked by running requests in the radix cache
         shortfall BIGINT,               -- total - (available + evictable + protected [+ session_held])
         in_flight_batch_size BIGINT,    -- cur_batch.batch_size() printed beside it, when any
-        message VARCHAR
+        message VARCHAR                 -- the report's first line, as printed
     """,
     "incidents": """
         incident_id VARCHAR,            -- stable across scans: engine and onset
-        engine VARCHAR,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
         segment INTEGER,                -- run of the server (a server_args line starts the next)
         kind VARCHAR,                   -- stall, leak, or the rule of a lone finding
-        onset TIMESTAMP,
-        ended TIMESTAMP,
+        onset TIMESTAMP,                -- when it began: the stall onset or the first finding
+        ended TIMESTAMP,                -- when it ended (see end_reason)
         end_reason VARCHAR,             -- restart, watchdog kill, evidence ends
-        severity VARCHAR,
-        rules VARCHAR[],
-        signatures VARCHAR[],
-        n_findings INTEGER,
-        watchdog_kills INTEGER,
+        severity VARCHAR,               -- most severe finding in it
+        rules VARCHAR[],                -- rules that fired in it
+        signatures VARCHAR[],           -- catalogued signatures matched
+        n_findings INTEGER,             -- findings grouped into it
+        watchdog_kills INTEGER,         -- scheduler watchdog kills in it
         health_blind_s DOUBLE,          -- seconds /health answered 200 during the stall
-        ranks VARCHAR[],
-        first_seen_scan INTEGER,
-        last_seen_scan INTEGER,
-        title VARCHAR
+        ranks VARCHAR[],                -- ranks its findings name
+        first_seen_scan INTEGER,        -- scan_id of the scan that first saw it
+        last_seen_scan INTEGER,         -- scan_id of the latest scan that saw it
+        title VARCHAR                   -- one line for a human
     """,
     "scans": """
-        scan_id INTEGER,
-        root VARCHAR,
-        started_at TIMESTAMP,
+        scan_id INTEGER,                -- scan number, from 1
+        root VARCHAR,                   -- fleet folder scanned
+        started_at TIMESTAMP,           -- when the scan started
         finished_at TIMESTAMP,          -- NULL: the scan was interrupted
-        files_read INTEGER,
-        files_unchanged INTEGER,
-        files_vanished INTEGER,
-        engines_changed INTEGER,
-        bytes_read BIGINT
+        files_read INTEGER,             -- files read (new or grown)
+        files_unchanged INTEGER,        -- files skipped because unchanged
+        files_vanished INTEGER,         -- files gone since the last scan
+        engines_changed INTEGER,        -- engines with new data (re-analyzed)
+        bytes_read BIGINT               -- bytes read by this scan
     """,
     "engine_state": """
-        engine VARCHAR PRIMARY KEY,
+        engine VARCHAR PRIMARY KEY,     -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
         data_version INTEGER,           -- bumped in the same transaction as any change to the engine's rows
         analyzed_version INTEGER        -- data_version the findings were computed from
     """,
     "gpu_samples": """
-        engine VARCHAR,
-        path VARCHAR,
-        line BIGINT,
-        ts TIMESTAMP,
-        gpu_index INTEGER,
-        util_pct DOUBLE,
-        power_w DOUBLE,
-        mem_mib DOUBLE
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
+        gpu_index INTEGER,              -- GPU index on the node, as nvidia-smi numbers it
+        util_pct DOUBLE,                -- GPU utilisation, percent
+        power_w DOUBLE,                 -- power draw, watts
+        mem_mib DOUBLE                  -- memory used, MiB
     """,
     "unparsed": """
-        engine VARCHAR,
-        path VARCHAR,
-        line BIGINT,
-        text VARCHAR
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1
+        text VARCHAR                    -- the line verbatim
     """,
     "findings": """
-        finding_id INTEGER,
-        rule VARCHAR,
-        severity VARCHAR,
-        engine VARCHAR,
-        ranks VARCHAR[],
-        ts TIMESTAMP,
-        ts_end TIMESTAMP,
-        title VARCHAR,
-        detail VARCHAR,
-        evidence STRUCT(file VARCHAR, line BIGINT)[],
-        signature VARCHAR
+        finding_id INTEGER,             -- row id
+        rule VARCHAR,                   -- rule id (hangforensics rules lists them)
+        severity VARCHAR,               -- critical, warning or info
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        ranks VARCHAR[],                -- ranks the finding names, [] when not rank-specific
+        ts TIMESTAMP,                   -- when (interface.md §3), on the main log's clock; NULL when unknown
+        ts_end TIMESTAMP,               -- end of the span it covers, NULL for a moment
+        title VARCHAR,                  -- one line for a human
+        detail VARCHAR,                 -- the reasoning, with the numbers
+        evidence STRUCT(file VARCHAR, line BIGINT)[], -- supporting lines, each {file, line}, file relative to the ingest root
+        signature VARCHAR               -- signature id on known-signature findings, else NULL
     """,
     # Derived models, rebuilt by analyze (see analysis.py).
     "rank_stops": """
-        engine VARCHAR,
-        segment INTEGER,
-        rank VARCHAR,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
+        rank VARCHAR,                   -- the rank
         stopped_at TIMESTAMP,           -- last progress of this rank; NULL when unknown
         source VARCHAR,                 -- batch_lines, watchdog, torch_nccl, absent_from_nccl
-        path VARCHAR,
-        line BIGINT
+        path VARCHAR,                   -- file of the evidence for the stop
+        line BIGINT                     -- line of that evidence
     """,
     "stalls": """
-        engine VARCHAR,
-        segment INTEGER,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
         onset TIMESTAMP,                -- last forward progress
-        evidence_end TIMESTAMP,
-        silent_s DOUBLE,
+        evidence_end TIMESTAMP,         -- last evidence of the run (any line)
+        silent_s DOUBLE,                -- seconds from onset to evidence_end
         pending VARCHAR,                -- why work was pending
         ranks VARCHAR[],                -- every rank seen in the segment
         path VARCHAR,                   -- the last batch line
-        line BIGINT,
-        evidence STRUCT(file VARCHAR, line BIGINT)[]
+        line BIGINT,                    -- line of the last batch line
+        evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
     """,
     "rank_classes": """
-        engine VARCHAR,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
         capture INTEGER,                -- dumps of one engine taken within 5 minutes of each other
         class_id INTEGER,               -- node of the prefix tree of main-thread stacks (outermost first)
-        parent_id INTEGER,
-        depth INTEGER,
-        frame VARCHAR,
+        parent_id INTEGER,              -- class_id of the parent node, NULL at the root
+        depth INTEGER,                  -- depth in the tree, 0 = outermost frame
+        frame VARCHAR,                  -- function of the frame at this node
         ranks VARCHAR[],                -- ranks whose stack passes through this node
         label VARCHAR,                  -- compact rank set, e.g. TP0-2,5
         is_leaf BOOLEAN,                -- a leaf is one equivalence class: ranks sharing the whole path
-        ts TIMESTAMP
+        ts TIMESTAMP                    -- time of the capture's first dump
     """,
     "rank_collectives": """
-        engine VARCHAR,
-        capture INTEGER,
-        rank VARCHAR,
-        ts TIMESTAMP,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        capture INTEGER,                -- capture: stack dumps of one engine taken within 5 minutes of each other, numbered from 0
+        rank VARCHAR,                   -- the rank
+        ts TIMESTAMP,                   -- when its dump was taken
         collective VARCHAR,             -- innermost collective frame (all_reduce, broadcast, recv, ...), NULL if none
         call_site VARCHAR,              -- first caller that is not a wrapper
-        thread_state VARCHAR,
-        dump_id VARCHAR,
-        path VARCHAR,
-        line BIGINT
+        thread_state VARCHAR,           -- state of its main thread
+        dump_id VARCHAR,                -- the dump (joins stacks and frames)
+        path VARCHAR,                   -- file holding the dump
+        line BIGINT                     -- line where the thread starts
     """,
     "desyncs": """
-        engine VARCHAR,
-        capture INTEGER,
-        ts TIMESTAMP,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        capture INTEGER,                -- capture: stack dumps of one engine taken within 5 minutes of each other, numbered from 0
+        ts TIMESTAMP,                   -- time of the capture
         odd_ranks VARCHAR[],            -- the minority: ranks in a different collective or call site
-        majority_ranks VARCHAR[],
-        detail VARCHAR,
-        evidence STRUCT(file VARCHAR, line BIGINT)[]
+        majority_ranks VARCHAR[],       -- ranks in the common collective or call site
+        detail VARCHAR,                 -- the reasoning, with the frames
+        evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
     """,
     "signature_matches": """
-        engine VARCHAR,
-        signature VARCHAR,
-        title VARCHAR,
-        ts TIMESTAMP,
-        ranks VARCHAR[],
-        detail VARCHAR,
-        evidence STRUCT(file VARCHAR, line BIGINT)[]
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        signature VARCHAR,              -- signature id (rules/signatures)
+        title VARCHAR,                  -- the signature's title
+        ts TIMESTAMP,                   -- when the evidence was seen
+        ranks VARCHAR[],                -- ranks whose evidence matches
+        detail VARCHAR,                 -- what matched
+        evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
     """,
     "freezes": """
-        engine VARCHAR,
-        segment INTEGER,
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
         verdict VARCHAR,                -- together (shared deadlock), staggered or absent (a first rank)
-        ts TIMESTAMP,
-        ts_end TIMESTAMP,
-        ranks VARCHAR[],
+        ts TIMESTAMP,                   -- first rank's stop
+        ts_end TIMESTAMP,               -- last rank's stop
+        ranks VARCHAR[],                -- ranks it covers
         source VARCHAR,                 -- batch_lines, watchdog, torch_nccl
-        detail VARCHAR,
-        evidence STRUCT(file VARCHAR, line BIGINT)[]
+        detail VARCHAR,                 -- the reasoning, with the times
+        evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
     """,
 }
 
@@ -557,37 +557,119 @@ VIEW_NOTES = {
     "incidents": "Written by scan: findings grouped by engine and stall episode.",
     "scans": "Written by scan: one row per scan; finished_at is NULL for an interrupted one.",
     "engine_state": "Whether an engine's findings are up to date with its data (incremental scans).",
+    "progress": "Forward progress, one row per progress line: SGLang Prefill/Decode batch lines and vLLM stats "
+                "lines whose generation throughput moved. The last row of a rank is where it stopped.",
+    "gpu_rank_samples": "gpu_samples with the rank each GPU serves (from server_args base_gpu_id / gpu_id_step).",
+    "engine_facts": "One row per engine: what it runs, as its logs show it (model, parallelism, flags, versions).",
+    "nccl_progress": "torch ProcessGroupNCCL progress per rank and process group, compared within the group: "
+                     "a rank behind the group's furthest completed collective is the suspect.",
+}
+
+# Columns of the convenience views (VIEWS): what each means.  The types come from the views themselves.
+VIEW_COLUMNS: dict[str, dict[str, str]] = {
+    "progress": {
+        "engine": "the engine", "path": "file of the progress line", "line": "line number in that file",
+        "ts": "when it was printed, on the main log's clock",
+        "rank": "rank that printed it ('TP0'; '' for vLLM's main process)",
+        "batch_kind": "Prefill, Decode, or vllm for a vLLM stats line",
+        "running_req": "requests running (SGLang '#running-req', vLLM 'Running: N reqs')",
+        "queue_req": "requests waiting (SGLang '#queue-req', vLLM 'Waiting: N reqs')",
+        "pending_req": "PD disaggregation queues (batches.pending_req); NULL for vLLM",
+    },
+    "gpu_rank_samples": {
+        "engine": "the engine", "path": "nvidia-smi CSV file", "line": "line number in that file",
+        "ts": "sample time, on the main log's clock", "gpu_index": "GPU index on the node",
+        "util_pct": "GPU utilisation, percent", "power_w": "power draw, watts", "mem_mib": "memory used, MiB",
+        "rank": "rank served by that GPU, labelled like the log prefix ('TP3')",
+    },
+    "engine_facts": {
+        "engine": "the engine", "model": "server_args model_path (the latest run's)",
+        "tp_size": "tensor-parallel size", "dp_size": "data-parallel size",
+        "enable_symm_mem": "NCCL symmetric memory enabled (--enable-symm-mem)",
+        "enable_dp_attention": "DP attention enabled", "enable_hicache": "hierarchical KV cache enabled",
+        "disaggregation_mode": "prefill, decode or null (no PD disaggregation)",
+        "watchdog_timeout": "scheduler watchdog timeout, seconds",
+        "health_generation": "false when SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is off (a blind /health); "
+                             "NULL when not seen",
+        "nccl_version": "NCCL version the log prints, when it does", "torch_version": "torch version the log prints",
+        "release_hint": "SGLang release family the log formats point at",
+    },
+    "nccl_progress": {
+        "engine": "the engine", "pg": "process group (PG GUID, else PG ID)",
+        "global_rank": "global rank of the reporting process",
+        "last_enqueued": "highest 'last enqueued work' sequence number it reported",
+        "last_completed": "highest 'last completed work' sequence number it reported",
+        "timeout_seq": "SeqNum of the collective that timed out", "first_report": "its first torch NCCL line",
+        "lines": "torch NCCL lines it printed", "group_max_completed": "the group's furthest last_completed",
+        "behind": "true when this rank completed less than the group's furthest",
+        "reporting_ranks": "ranks of the group that reported",
+    },
+}
+
+# interface.md §4: the views and key columns users rely on (kept by every release; marked in the doc).
+CONTRACT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "sources": ("path", "engine", "kind", "bytes", "lines", "parsed_lines", "unparsed_lines"),
+    "events": ("engine", "path", "line", "ts", "rank", "kind", "message"),
+    "batches": ("engine", "ts", "rank", "batch_kind", "running_req", "queue_req", "token_usage", "gen_throughput"),
+    "http_requests": ("engine", "ts", "method", "path", "status"),
+    "stacks": ("engine", "dump_id", "ts", "rank", "pid", "thread_name", "thread_state"),
+    "frames": ("dump_id", "thread_id", "depth", "function", "file", "line", "native"),
+    "leak_reports": ("engine", "ts", "rank", "context", "leaked_full_pages", "leaked_mamba_pages"),
+    "findings": ("rule", "severity", "engine", "ranks", "ts", "ts_end", "title", "detail", "evidence", "signature"),
+    "unparsed": ("engine", "path", "line", "text"),
 }
 
 
+def table_columns(name: str) -> list[tuple[str, str, str]]:
+    """(column, type, meaning) of a table, read from its DDL and the ``--`` comment on each line."""
+    cols = []
+    for raw in TABLES[name].strip().splitlines():
+        body, _, note = raw.partition("--")
+        body = body.strip().rstrip(",")
+        if body:
+            col, _, typ = body.partition(" ")
+            cols.append((col, typ.strip(), note.strip()))
+    return cols
+
+
+def _column_table(name: str, cols: list[tuple[str, str, str]]) -> list[str]:
+    stable = set(CONTRACT_COLUMNS.get(name, ()))
+    out = ["| column | type | stable | meaning |", "| --- | --- | --- | --- |"]
+    out += [f"| `{c}` | {t} | {'yes' if c in stable else ''} | {n.replace('|', '/')} |" for c, t, n in cols]
+    return out + [""]
+
+
 def schema_markdown() -> str:
-    """docs/schema.md, generated from TABLES so the documentation cannot drift from the DDL."""
+    """docs/schema.md, generated from TABLES, VIEWS and their notes so the documentation cannot drift."""
     out = [
         "# Database schema",
         "",
         f"Schema version {SCHEMA_VERSION}. Generated from `src/hangforensics/store.py` "
-        "(`python -m hangforensics.store > docs/schema.md`).",
+        "(`python -m hangforensics.store > docs/schema.md`). Query it read-only with `hangforensics sql` "
+        "(see [sql.md](sql.md) for the ready named queries).",
         "",
         "Timestamps are local time without zone, on the clock of the engine's main log: the views "
         f"{', '.join(f'`{n}`' for n in CLOCKED)} add `sources.clock_offset_s` to the time each file printed "
-        "(their rows are stored in `t_<name>` tables). Rank labels are written as SGLang writes them in its "
-        "log prefix (`TP3`, `DP1 TP1 EP1`); the macro `rank_num(label, 'TP')` extracts a number.",
+        "(their rows are stored in `t_<name>` tables, with the times as printed). Rank labels are written as "
+        "SGLang writes them in its log prefix (`TP3`, `DP1 TP1 EP1`); the macro `rank_num(label, 'TP')` "
+        "extracts a number.",
+        "",
+        "Columns with *stable* = yes are the key columns of interface.md §4: every release keeps their "
+        "names and meaning. Every relation below exists in every database.",
         "",
     ]
-    for name, cols in TABLES.items():
-        out += [f"## `{name}`", "", VIEW_NOTES.get(name, ""), "", "| column | type | notes |", "| --- | --- | --- |"]
-        for raw in cols.strip().splitlines():
-            body, _, note = raw.partition("--")
-            body = body.strip().rstrip(",")
-            if not body:
-                continue
-            col, _, typ = body.partition(" ")
-            out.append(f"| `{col}` | {typ.strip()} | {note.strip()} |")
-        out.append("")
-    out += ["## Convenience views", ""]
-    for name, body in VIEWS.items():
-        out += [f"### `{name}`", "", "```sql", "\n".join(x[8:] if x.startswith(" " * 8) else x
-                                                     for x in body.strip("\n").splitlines()), "```", ""]
+    for name in TABLES:
+        heading = f"## `{name}` (view over `{physical(name)}`)" if name in CLOCKED else f"## `{name}`"
+        out += [heading, "", VIEW_NOTES[name], ""] + _column_table(name, table_columns(name))
+    out += ["## Convenience views", "",
+            "Views over the tables above for questions asked often.", ""]
+    with Store(":memory:") as st:  # the views' column types, as DuckDB derives them
+        for name, body in VIEWS.items():
+            types = {r["column_name"]: r["column_type"] for r in st.query(f"DESCRIBE {name}")}
+            cols = [(c, types[c], note) for c, note in VIEW_COLUMNS[name].items()]
+            sql = "\n".join(x[8:] if x.startswith(" " * 8) else x for x in body.strip("\n").splitlines())
+            out += [f"### `{name}`", "", VIEW_NOTES[name], ""] + _column_table(name, cols)
+            out += ["<details><summary>SQL</summary>", "", "```sql", sql, "```", "", "</details>", ""]
     return "\n".join(out)
 
 
