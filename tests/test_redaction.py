@@ -99,7 +99,8 @@ def test_truncated_lines_are_redacted_to_the_end():
 
 
 def test_sglang_head_dots_tail_truncation_is_one_value():
-    line = "Receive: obj=GenerateReqInput(rid='r', text='SECRET head' ... 'tail SECRET', input_ids=[1, 2] ... [8, 9], x=1)"
+    line = ("Receive: obj=GenerateReqInput(rid='r', text='SECRET head' ... 'tail SECRET', "
+            "input_ids=[1, 2] ... [8, 9], x=1)")
     out = redact_payloads(line)
     assert "SECRET" not in out and "[8, 9]" not in out
     assert out == ("Receive: obj=GenerateReqInput(rid='r', text=‹payload redacted: 31 chars›, "
