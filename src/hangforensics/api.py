@@ -45,8 +45,11 @@ def analyze(db: Path) -> dict[str, Any]:
 
 @translate_disk_errors
 def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None = None, mode: str = "auto",
-           progress: Progress | None = None) -> ReportResult:
-    """Postmortem in one step: ingest PATH, run the rules, write the HTML (and the findings JSON)."""
+           progress: Progress | None = None, show_payloads: bool = False) -> ReportResult:
+    """Postmortem in one step: ingest PATH, run the rules, write the HTML (and the findings JSON).
+
+    The HTML redacts request payloads (prompts, token ids) unless ``show_payloads``; the database keeps them.
+    """
     from .report import render_report  # rendering stays in the report layer
 
     out = Path(out)
@@ -60,7 +63,7 @@ def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None 
             engines = [e for r in results for e in r.engines]
             found = findings_mod.run_rules(store, engines=engines)
             doc = findings_mod.document(found)
-            html = render_report(store, engines, found, title_path=str(path))
+            html = render_report(store, engines, found, title_path=str(path), show_payloads=show_payloads)
     _write_text(out, html)
     if json_out:
         _write_text(Path(json_out), json.dumps(doc, indent=2) + "\n")

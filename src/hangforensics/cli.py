@@ -54,11 +54,15 @@ def report(
     engine: Annotated[bool, typer.Option("--engine", help="Treat PATH as one engine.")] = False,
     fleet: Annotated[bool, typer.Option("--fleet", help="Treat PATH as a fleet of engines.")] = False,
     fail_on: Annotated[str | None, typer.Option("--fail-on", help="Exit 1 on a finding this severe or worse.")] = None,
+    show_payloads: Annotated[bool, typer.Option(
+        "--show-payloads", help="Show request payloads (prompts, token ids) in the HTML (default: redacted).",
+    )] = False,
 ) -> None:
     """Postmortem in one step: ingest PATH, run every rule, write one self-contained HTML report."""
     from . import api
 
-    res = api.report(path, output, db=db, json_out=json_out, mode=_mode(engine, fleet), progress=Progress())
+    res = api.report(path, output, db=db, json_out=json_out, mode=_mode(engine, fleet), progress=Progress(),
+                     show_payloads=show_payloads)
     n = len(res.document["findings"])
     crit = sum(1 for f in res.document["findings"] if f["severity"] == "critical")
     typer.echo(f"{res.html}: {n} finding(s), {crit} critical", err=True)
@@ -110,13 +114,17 @@ def scan(
     fail_on: Annotated[str | None, typer.Option("--fail-on", help="Exit 1 on a finding this severe or worse.")] = None,
     wait: Annotated[float, typer.Option("--wait", help="Seconds to wait for a running scan of the same database.")] = 0.0,
     jobs: Annotated[int | None, typer.Option("--jobs", help="Parser processes (default: every core).")] = None,
+    show_payloads: Annotated[bool, typer.Option(
+        "--show-payloads", help="Show request payloads (prompts, token ids) in the HTML (default: redacted).",
+    )] = False,
 ) -> None:
     """The nightly fleet job: incremental ingest of every engine under ROOT, rules, incidents, reports."""
     from .scan import scan as run_scan
 
     if fail_on is not None and fail_on not in SEVERITY_RANK:
         raise HangforensicsError(f"--fail-on must be one of {', '.join(SEVERITY_RANK)}")
-    res = run_scan(root, db, out=out, json_out=json_out, wait_s=wait, jobs=jobs, progress=Progress())
+    res = run_scan(root, db, out=out, json_out=json_out, wait_s=wait, jobs=jobs, progress=Progress(),
+                   show_payloads=show_payloads)
     ing = res.ingest
     typer.echo(f"scan {res.scan_id}: {len(ing.engines)} engine(s), {ing.files_read} file(s) read "
                f"({ing.bytes_read / 1e6:.1f} MB), {ing.files_skipped} unchanged, {ing.files_vanished} vanished; "

@@ -1,5 +1,10 @@
 """The HTML incident report: one self-contained file (inline CSS and SVG, no network), jinja2 autoescaped.
 
+Safety: every value is escaped (autoescape on for all templates, no ``|safe`` on evidence), a
+Content-Security-Policy meta forbids scripts (the fleet index allows only its own, by hash) and any load,
+links built from evidence are relative and percent-encoded, and request payloads in evidence text are
+redacted (``redaction.py``) unless the operator asks for them.
+
 Only this module and ``reports/templates`` know about presentation: they read
 the store and the findings, and build the verdict, the timeline geometry and
 the evidence excerpts.
@@ -7,8 +12,11 @@ the evidence excerpts.
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import math
+import re
 from collections import defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,6 +29,7 @@ from .analysis import PROBE_PATHS
 from .findings import iso
 from .logfile import iter_chunks
 from .ranks import rank_key
+from .redaction import redact_payloads, shorten
 from .rules import SEVERITIES, load_rules
 from .store import Store
 
@@ -29,6 +38,8 @@ LABEL_W = 110
 ROW_H = 26
 BUCKETS = 180
 EXCERPT_CHARS = 400
+# defence in depth behind autoescaping: the report runs no script and loads nothing
+REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 
 def templates_dir() -> Path:
@@ -41,12 +52,46 @@ def templates_dir() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
+    # every template is HTML and every value in it may come from evidence: escape all of them, always
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
-                             autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+                             autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["hms"] = lambda t: t.strftime("%H:%M:%S") if t else "?"
     env.filters["iso"] = iso
+    env.filters["incident_href"] = incident_href
     return env
 
+
+def _shown(text: str | None, show_payloads: bool) -> str | None:
+    """Evidence-derived text as a report may show it: request payloads cut out unless asked for."""
+    return text if show_payloads or not text else redact_payloads(text)
+
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def incident_filename(incident_id: str) -> str:
+    """The file name of an incident's report: the id when it is a plain name, else a sanitised one.
+
+    Engine folders (and so incident ids) may hold any character but '/'; the name must not start with a
+    dot, carry markup or URL syntax, or collide with another id's name (a hash of the id keeps them apart).
+    """
+    safe = _UNSAFE_NAME.sub("_", incident_id)[:120]
+    if safe != incident_id or safe.startswith("."):
+        safe = f"{safe.lstrip('.') or 'incident'}-{hashlib.sha1(incident_id.encode()).hexdigest()[:8]}"
+    return f"{safe}.html"
+
+
+def incident_href(incident_id: str) -> str:
+    """Relative, percent-encoded link from the fleet index to an incident report (never a scheme URL)."""
+    from urllib.parse import quote
+
+    return "incidents/" + quote(incident_filename(incident_id))
+
+
+def script_csp(script: str) -> str:
+    """The fleet index's policy: the report's, plus exactly its own inline script (by hash)."""
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
+    return f"{REPORT_CSP}; script-src 'sha256-{digest}'"
 
 
 def _minutes(a: datetime, b: datetime) -> str:
@@ -54,8 +99,12 @@ def _minutes(a: datetime, b: datetime) -> str:
     return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
 
 
-def excerpts(store: Store, engine: str, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], str]:
-    """The text of the evidence lines, read back from the files (raw text is not stored for parsed lines)."""
+def excerpts(store: Store, engine: str, wanted: set[tuple[str, int]],
+             show_payloads: bool = False) -> dict[tuple[str, int], str]:
+    """The text of the evidence lines, read back from the files (raw text is not stored for parsed lines).
+
+    Payloads are redacted on the whole line, before it is shortened: a cut value must not escape redaction.
+    """
     by_path: dict[str, set[int]] = defaultdict(set)
     for path, line in wanted:
         if line is not None:
@@ -71,8 +120,8 @@ def excerpts(store: Store, engine: str, wanted: set[tuple[str, int]]) -> dict[tu
                 end = chunk.first_line + len(chunk.lines)
                 for n in lines:
                     if chunk.first_line <= n < end:
-                        text = chunk.lines[n - chunk.first_line]
-                        out[(path, n)] = text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + " …"
+                        text = _shown(chunk.lines[n - chunk.first_line], show_payloads) or ""
+                        out[(path, n)] = shorten(text, EXCERPT_CHARS)
                 if end > last:
                     break
         except Exception:  # a file that vanished since ingest: the excerpt is simply absent
@@ -222,8 +271,11 @@ def stack_tree(store: Store, engine: str) -> list[dict[str, Any]]:
 
 
 def render_report(store: Store, engines: list[str], found: list[dict[str, Any]], title_path: str = "",
-                  segment: int | None = None) -> str:
-    """The postmortem report of ``engines``; ``segment`` scopes it to one run of the server (an incident)."""
+                  segment: int | None = None, show_payloads: bool = False) -> str:
+    """The postmortem report of ``engines``; ``segment`` scopes it to one run of the server (an incident).
+
+    Request payloads in evidence text are redacted unless ``show_payloads``.
+    """
     rules = {r.id: r for r in load_rules()}
     sections = []
     seg_sql = "" if segment is None else f" AND segment = {int(segment)}"
@@ -235,12 +287,14 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
                               [engine])
         freeze = freezes[0] if freezes else None
         wanted = {(e["file"], e["line"]) for f in fs for e in (f["evidence"] or [])}
-        text = excerpts(store, engine, wanted)
+        text = excerpts(store, engine, wanted, show_payloads)
         items = []
         for f in fs:
             rule = rules.get(f["rule"])
             items.append({
                 **f, "ts_s": iso(f["ts"]), "ts_end_s": iso(f["ts_end"]),
+                # rules quote log text in titles and details
+                "title": _shown(f["title"], show_payloads), "detail": _shown(f["detail"], show_payloads),
                 "description": rule.description if rule else "",
                 "false_positives": rule.false_positives if rule else (),
                 "evidence": [{"file": e["file"], "line": e["line"], "text": text.get((e["file"], e["line"]))}
@@ -262,12 +316,12 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
             "stacks": stack_tree(store, engine),
         })
     return _env().get_template("report.html.j2").render(
-        sections=sections, title_path=title_path, version=__version__,
-        generated=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+        sections=sections, title_path=title_path, version=__version__, csp=REPORT_CSP,
+        payloads_shown=show_payloads, generated=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
     )
 
 
-def render_incident(store: Store, incident: dict[str, Any]) -> str:
+def render_incident(store: Store, incident: dict[str, Any], show_payloads: bool = False) -> str:
     """One incident's report: its engine's report scoped to the incident's run and findings."""
     fs = store.query("SELECT * EXCLUDE (finding_id) FROM findings WHERE engine = ? ORDER BY finding_id",
                      [incident["engine"]])
@@ -277,10 +331,11 @@ def render_incident(store: Store, incident: dict[str, Any]) -> str:
     segs = segments_of(store, incident["engine"])
     mine = [f for f in fs if _segment_of(segs, f["ts"]) == incident["segment"] or f["ts"] is None]
     return render_report(store, [incident["engine"]], mine,
-                         title_path=f"incident {incident['incident_id']}", segment=incident["segment"])
+                         title_path=f"incident {incident['incident_id']}", segment=incident["segment"],
+                         show_payloads=show_payloads)
 
 
-def render_fleet_index(store: Store, scan_id: int) -> str:
+def render_fleet_index(store: Store, scan_id: int, show_payloads: bool = False) -> str:
     """The fleet view: incidents, recurrence, signatures, shared configuration, blind probes, new vs known."""
     incidents = store.query("SELECT * FROM incidents ORDER BY onset DESC NULLS LAST, engine")
     engines = store.query(
@@ -306,10 +361,14 @@ def render_fleet_index(store: Store, scan_id: int) -> str:
                        "LIMIT 1", [scan_id])
     rows = []
     for i in incidents:
-        rows.append({**i, "onset_s": iso(i["onset"]) or "", "ended_s": iso(i["ended"]) or "",
+        rows.append({**i, "title": _shown(i["title"], show_payloads),
+                     "onset_s": iso(i["onset"]) or "", "ended_s": iso(i["ended"]) or "",
                      "new": i["first_seen_scan"] == scan_id, "sev_rank": SEVERITIES.index(i["severity"]),
                      "blind_min": round(i["health_blind_s"] / 60, 1) if i["health_blind_s"] else None})
-    return _env().get_template("fleet.html.j2").render(
+    env = _env()
+    script = env.get_template("fleet.js").render()   # the exact text the index inlines, for its CSP hash
+    return env.get_template("fleet.html.j2").render(
+        csp=script_csp(script), payloads_shown=show_payloads,
         incidents=rows, engines=engines, per_day=per_day, recurrence=recurrence, signatures=signatures,
         blind=blind, facts=facts, scan=scan[0] if scan else None, prev=prev[0] if prev else None,
         n_new=sum(1 for r in rows if r["new"]), version=__version__,

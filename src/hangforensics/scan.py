@@ -82,8 +82,11 @@ class ScanLock:
 
 @translate_disk_errors
 def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = None, wait_s: float = 0.0,
-         jobs: int | None = None, progress: Progress | None = None) -> ScanResult:
-    """Scan the fleet at ``root`` (its immediate subfolders are engines) into ``db``."""
+         jobs: int | None = None, progress: Progress | None = None, show_payloads: bool = False) -> ScanResult:
+    """Scan the fleet at ``root`` (its immediate subfolders are engines) into ``db``.
+
+    Reports redact request payloads unless ``show_payloads``.
+    """
     t0 = time.monotonic()
     root = Path(root)
     if not root.is_dir():
@@ -116,18 +119,24 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
         written = 0
         index = None
         if out is not None:
-            from .report import render_fleet_index, render_incident
+            from .report import incident_filename, render_fleet_index, render_incident
 
             out = Path(out)
             (out / "incidents").mkdir(parents=True, exist_ok=True)
+            # reports written with the other payload setting are rewritten, so a default run never leaves
+            # payloads a --show-payloads run wrote
+            mode_file = out / ".payloads"
+            mode = "shown" if show_payloads else "redacted"
+            mode_changed = not mode_file.exists() or mode_file.read_text().strip() != mode
             for inc in incidents:
-                target = out / "incidents" / f"{inc['incident_id']}.html"
-                if inc["engine"] in stale or not target.exists():
-                    _write(target, render_incident(store, inc))
+                target = out / "incidents" / incident_filename(inc["incident_id"])
+                if inc["engine"] in stale or mode_changed or not target.exists():
+                    _write(target, render_incident(store, inc, show_payloads=show_payloads))
                     written += 1
             index = out / "index.html"
-            if stale or written or not index.exists():
-                _write(index, render_fleet_index(store, scan_id))
+            if stale or written or mode_changed or not index.exists():
+                _write(index, render_fleet_index(store, scan_id, show_payloads=show_payloads))
+            _write(mode_file, mode + "\n")
         store.con.execute(
             "UPDATE scans SET finished_at = ?, files_read = ?, files_unchanged = ?, files_vanished = ?, "
             "engines_changed = ?, bytes_read = ? WHERE scan_id = ?",
@@ -141,13 +150,14 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
 
 def _incident_json(i: dict[str, Any], scan_id: int) -> dict[str, Any]:
     from .findings import iso
+    from .report import incident_filename
 
     return {
         "id": i["incident_id"], "engine": i["engine"], "kind": i["kind"], "severity": i["severity"],
         "onset": iso(i["onset"]), "ended": iso(i["ended"]), "end_reason": i["end_reason"], "rules": i["rules"],
         "signatures": i["signatures"], "findings": i["n_findings"], "watchdog_kills": i["watchdog_kills"],
         "health_blind_s": i["health_blind_s"], "new": i["first_seen_scan"] == scan_id,
-        "report": f"incidents/{i['incident_id']}.html", "title": i["title"],
+        "report": f"incidents/{incident_filename(i['incident_id'])}", "title": i["title"],
     }
 
 
