@@ -164,7 +164,9 @@ def _key_regex(keys: list[str]) -> str:
 
 
 def _ts_expr(col: str) -> pl.Expr:
-    return pl.col(col).str.replace(",", ".").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False)
+    ts = pl.col(col).str.replace(",", ".").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False)
+    # polars parses year 0000, which no Python datetime can hold (the rows are read back in Python): unknown
+    return pl.when(ts.dt.year() >= 1).then(ts)
 
 
 # The prefix without its message: validated by one anchored regex (cheap: it fails at the first byte of

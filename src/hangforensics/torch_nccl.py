@@ -87,11 +87,14 @@ def align_to_log(g: dict[str, Any], before: datetime, after: datetime | None) ->
     number of quarter hours that puts it between them, and ``clock_shift_s`` records the shift."""
     ts: datetime = g.pop("ts")
     slack = timedelta(seconds=120)
-    upper = (after or before + timedelta(hours=3)) + slack
-    if before - slack <= ts <= upper or abs(ts - before) < timedelta(minutes=30):
-        return ts
-    quarters = round((ts - before).total_seconds() / 900)
-    shifted = ts - timedelta(seconds=quarters * 900)
+    try:
+        upper = (after or before + timedelta(hours=3)) + slack
+        if before - slack <= ts <= upper or abs(ts - before) < timedelta(minutes=30):
+            return ts
+        quarters = round((ts - before).total_seconds() / 900)
+        shifted = ts - timedelta(seconds=quarters * 900)
+    except OverflowError:
+        return ts                    # dates at the edge of the calendar (year 1 or 9999): left as printed
     if before - slack <= shifted <= upper:
         g["clock_shift_s"] = -quarters * 900
         return shifted
