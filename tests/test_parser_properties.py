@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from hangforensics import (
@@ -377,7 +377,7 @@ def test_glog_lines_never_raise(line: str, context: datetime, after: datetime | 
         assert isinstance(ts, datetime)
 
 
-KINDS = {"server_log", *evidence.STACK_KINDS, "capture_error", "gpu_samples", "binary", "unreadable", "unknown"}
+KINDS = set(evidence.KINDS)
 
 
 @FAST
@@ -393,3 +393,49 @@ def test_detect_kind_on_any_bytes(tmp_path_factory: pytest.TempPathFactory, data
 def test_fragment_pools_are_printable() -> None:
     # a fragment with a newline would be two lines: the strategies would not mean what they say
     assert not [s for s in ALL if "\n" in s or set(s) - set(string.printable) - {"…"}]
+
+
+# -- the byte reader under every parser (logfile.iter_chunks, GzipStream) -------------------------------------
+BYTES_WITH_LINES = st.lists(
+    st.one_of(st.binary(max_size=80), st.sampled_from([b"\n", b"\r\n", b"\x00" * 9, b"\xff\xfe", b"[2026-11-20 10:22:13 TP3] x\n"])),
+    max_size=60).map(b"".join)
+
+
+@FAST
+@given(data=BYTES_WITH_LINES, chunk=st.integers(min_value=1, max_value=64), records=st.booleans(),
+       gz=st.booleans(), cut=st.integers(min_value=0, max_value=40))
+def test_reader_yields_every_line_once(tmp_path_factory: pytest.TempPathFactory, data: bytes, chunk: int,
+                                       records: bool, gz: bool, cut: int) -> None:
+    """Chunked reading (any chunk size, record-aligned or not, plain or gzip, whole or cut) gives the file's
+    lines in order, each once: what a reader that loads the whole file would give."""
+    import gzip as gzip_mod
+    import zlib
+
+    from hangforensics.logfile import ReadNotes, iter_chunks
+
+    assume(gz or not data.startswith(b"\x1f\x8b"))      # gzip is recognised by its magic bytes
+    path = tmp_path_factory.mktemp("reader") / "f"
+    raw = data
+    if gz:
+        packed = gzip_mod.compress(data, mtime=0)
+        packed = packed[: max(len(packed) - cut, 0)] if cut else packed
+        path.write_bytes(packed)
+        raw = zlib.decompressobj(wbits=31).decompress(packed) if packed else b""
+    else:
+        path.write_bytes(data)
+    notes = ReadNotes()
+    got = []
+    next_line = 1
+    for c in iter_chunks(path, chunk_bytes=chunk, records=records, notes=notes):
+        assert c.first_line == next_line
+        next_line += len(c.lines)
+        got += c.lines
+    body = raw.lstrip(b"\x00").replace(b"\x00", b"")
+    want = body.decode("utf-8", errors="replace").split("\n")
+    if want and want[-1] == "":
+        want.pop()
+    want = [s[:-1] if s.endswith("\r") else s for s in want]
+    if not gz or not cut:
+        assert got == want
+    else:                                   # a cut stream: what it holds, never more
+        assert got == want[: len(got)] or got[:-1] == want[: len(got) - 1]

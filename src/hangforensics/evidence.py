@@ -51,6 +51,8 @@ def rotation_of(name: str) -> tuple[str, int]:
 
 
 STACK_KINDS = ("pyspy_dump", "pyspy_json", "gdb_dump", "faulthandler_dump", "native_trace")
+# Every kind detect_kind can return (sources.kind).
+KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "empty", "binary", "unreadable", "unknown")
 
 
 def detect_kind(path: Path) -> str:

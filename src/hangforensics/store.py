@@ -40,7 +40,7 @@ TABLES: dict[str, str] = {
         path VARCHAR NOT NULL,          -- relative to the ingest root, begins with the engine folder for fleets
         abs_path VARCHAR NOT NULL,      -- absolute path the file was read from (a temporary folder for bundles)
         engine VARCHAR NOT NULL,        -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
-        kind VARCHAR NOT NULL,          -- server_log, pyspy_dump, unknown, unreadable
+        kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, empty, binary, unreadable, unknown
         bytes BIGINT,                   -- bytes on disk (compressed size for .gz)
         lines BIGINT,                   -- lines read so far
         parsed_lines BIGINT,            -- lines represented by a typed row of a parsed view
