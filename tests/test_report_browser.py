@@ -28,14 +28,19 @@ def _browser():
     return sync_playwright
 
 
+def launch_chromium(p):
+    """Headless Debian Chromium, offline: nothing in the background may touch the network."""
+    return p.chromium.launch(
+        executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+              "--disable-sync", "--no-first-run"])
+
+
 @pytest.fixture(scope="module")
 def page_of():
     sync_playwright = _browser()
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run"])
+        browser = launch_chromium(p)
 
         def open_report(html: Path):
             page = browser.new_page(viewport={"width": 1280, "height": 1600})

@@ -6,12 +6,11 @@ engine folder and file names, py-spy function names in the stack tree, finding t
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, REPO, LogWriter
-from test_report_browser import CHROMIUM, _browser
+from test_report_browser import _browser, launch_chromium
 
 from hangforensics import api
 from hangforensics import findings as findings_mod
@@ -37,10 +36,7 @@ def open_page():
     """Open a file in Chromium, recording dialogs, console errors/warnings, page errors and network requests."""
     sync_playwright = _browser()
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run"])
+        browser = launch_chromium(p)
 
         def open_(html: Path):
             page = browser.new_page(viewport={"width": 1280, "height": 1600})
