@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -172,3 +173,41 @@ def by_rule(findings: list[dict]) -> dict[str, list[dict]]:
 @pytest.fixture
 def log() -> LogWriter:
     return LogWriter()
+
+
+CHROMIUM = os.environ.get("HANGFORENSICS_CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def open_in_chromium():
+    """Open an HTML file in headless Debian Chromium (offline); return (page, what it saw): dialogs, console
+    errors and warnings, page errors, and network requests ('request: URL').  Fails, not skips, in CI."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("playwright is not installed")
+    executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    if not executable:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is required in CI (apt-get install chromium)")
+        pytest.skip("chromium is not installed")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+
+        def open_(html: Path):
+            page = browser.new_page(viewport={"width": 1280, "height": 1600})
+            seen: list[str] = []
+            page.on("dialog", lambda d: (seen.append(f"dialog: {d.message}"), d.dismiss()))
+            page.on("console", lambda m: seen.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: seen.append(f"pageerror: {e}"))
+            page.on("request", lambda r: seen.append(f"request: {r.url}") if not r.url.startswith("file:") else None)
+            page.goto(html.resolve().as_uri())
+            page.wait_for_load_state("load")
+            return page, seen
+
+        yield open_
+        browser.close()

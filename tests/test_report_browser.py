@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -11,50 +10,17 @@ from conftest import LogWriter
 
 from hangforensics import api
 
-CHROMIUM = os.environ.get("HANGFORENSICS_CHROMIUM", "/usr/bin/chromium")
-
-
-def _browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip("playwright is not installed")
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is required in CI (apt-get install chromium)")
-        pytest.skip("chromium is not installed")
-    return sync_playwright
-
-
-def launch_chromium(p):
-    """Headless Debian Chromium, offline: nothing in the background may touch the network."""
-    return p.chromium.launch(
-        executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-        args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-              "--disable-sync", "--no-first-run"])
-
 
 @pytest.fixture(scope="module")
-def page_of():
-    sync_playwright = _browser()
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
+def page_of(open_in_chromium):
+    """(page, console errors/warnings and page errors, network requests) of an opened report."""
 
-        def open_report(html: Path):
-            page = browser.new_page(viewport={"width": 1280, "height": 1600})
-            messages: list[str] = []
-            page.on("console", lambda m: messages.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
-            page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
-            requests: list[str] = []
-            page.on("request", lambda r: requests.append(r.url) if not r.url.startswith("file:") else None)
-            page.goto(html.resolve().as_uri())
-            page.wait_for_load_state("load")
-            return page, messages, requests
+    def open_report(html: Path):
+        page, seen = open_in_chromium(html)
+        return (page, [m for m in seen if not m.startswith("request: ")],
+                [m[len("request: "):] for m in seen if m.startswith("request: ")])
 
-        yield open_report
-        browser.close()
+    return open_report
 
 
 def test_seed_style_report_renders_with_verdict_and_timeline(tmp_path: Path, page_of):

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, REPO, LogWriter
-from test_report_browser import _browser, launch_chromium
 
 from hangforensics import api
 from hangforensics import findings as findings_mod
@@ -32,26 +31,15 @@ RECEIVE_LINE = (f"Receive: obj=GenerateReqInput(rid='5f1c2a9e', text='{PROMPT} {
 
 
 @pytest.fixture(scope="module")
-def open_page():
-    """Open a file in Chromium, recording dialogs, console errors/warnings, page errors and network requests."""
-    sync_playwright = _browser()
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
+def open_page(open_in_chromium):
+    """Open a file in Chromium: (page, dialogs, console errors/warnings, page errors and network requests)."""
 
-        def open_(html: Path):
-            page = browser.new_page(viewport={"width": 1280, "height": 1600})
-            seen: list[str] = []
-            page.on("dialog", lambda d: (seen.append(f"dialog: {d.message}"), d.dismiss()))
-            page.on("console", lambda m: seen.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
-            page.on("pageerror", lambda e: seen.append(f"pageerror: {e}"))
-            page.on("request", lambda r: seen.append(f"request: {r.url}") if not r.url.startswith("file:") else None)
-            page.goto(html.resolve().as_uri())
-            page.wait_for_load_state("load")
-            page.wait_for_timeout(200)                 # onerror/onload handlers of injected elements would fire by now
-            return page, seen
+    def open_(html: Path):
+        page, seen = open_in_chromium(html)
+        page.wait_for_timeout(200)                 # onerror/onload handlers of injected elements would fire by now
+        return page, seen
 
-        yield open_
-        browser.close()
+    return open_
 
 
 def hostile_engine(folder: Path, tp: int = 2) -> Path:
