@@ -104,7 +104,9 @@ def detect_kind(path: Path) -> str:
     return "unknown"
 
 
-_TEXT_CONTROLS = set("\t\n\r\x0c\x1b")
+# Undecodable bytes and control characters a text file does not hold (tab, newlines, form feed and the
+# escape of ANSI colours are fine).
+_NOT_TEXT = re.compile("[\x01-\x08\x0b\x0e-\x1a\x1c-\x1f\ufffd]")
 
 
 def looks_binary(head: str) -> bool:
@@ -113,8 +115,7 @@ def looks_binary(head: str) -> bool:
     sample = head.replace("\x00", "")[:8192]
     if not sample:
         return True                          # nothing but NUL bytes
-    bad = sum(1 for c in sample if c == "\ufffd" or (c < " " and c not in _TEXT_CONTROLS))
-    return bad > 0.1 * len(sample)
+    return len(_NOT_TEXT.findall(sample)) > 0.1 * len(sample)
 
 
 def _is_evidence_file(p: Path) -> bool:

@@ -104,6 +104,11 @@ class GzipStream(io.RawIOBase):
     def tell(self) -> int:
         return self._pos
 
+    def unread(self, data: bytes) -> None:
+        """Put back the tail of the last read (it is read again next)."""
+        self._buf = data + self._buf
+        self._pos -= len(data)
+
     def close(self) -> None:
         self._raw.close()
         super().close()
@@ -131,8 +136,7 @@ def _skip_leading_nul(f: io.RawIOBase) -> int:
         if stripped:
             skipped += len(block) - len(stripped)
             if isinstance(f, GzipStream):
-                f._buf = stripped + f._buf          # put back what follows the run
-                f._pos -= len(stripped)
+                f.unread(stripped)                   # what follows the run is read next
             else:
                 f.seek(-len(stripped), io.SEEK_CUR)
             return skipped

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import QueryError
+from .resources import data_dir
 
 REQUIRED = ("title", "description")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -33,11 +34,10 @@ class NamedQuery:
 
 def queries_dir() -> Path:
     """``queries/`` of a source checkout, else the copy installed inside the package (as for rules)."""
-    here = Path(__file__).resolve()
-    for cand in (here.parents[2] / "queries", here.parent / "_data" / "queries"):
-        if cand.is_dir() and any(cand.glob("*.sql")):
-            return cand
-    raise QueryError("no named queries found (expected queries/*.sql beside the package)")
+    found = data_dir("queries", "*.sql")
+    if found is None:
+        raise QueryError("no named queries found (expected queries/*.sql beside the package)")
+    return found
 
 
 def load_named_query(path: Path) -> NamedQuery:

@@ -30,6 +30,7 @@ from .findings import iso
 from .logfile import iter_chunks
 from .ranks import rank_key
 from .redaction import redact_payloads, shorten
+from .resources import data_dir
 from .rules import SEVERITIES, load_rules
 from .store import Store
 
@@ -43,11 +44,10 @@ REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 
 def templates_dir() -> Path:
-    here = Path(__file__).resolve()
-    for cand in (here.parents[2] / "reports" / "templates", here.parent / "_data" / "templates"):
-        if (cand / "report.html.j2").is_file():
-            return cand
-    raise FileNotFoundError("report templates not found")
+    found = data_dir("reports/templates", "report.html.j2")
+    if found is None:
+        raise FileNotFoundError("report templates not found")
+    return found
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,6 +14,7 @@ from pathlib import Path
 import tomllib
 
 from .errors import RuleError
+from .resources import data_dir
 
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -37,11 +38,10 @@ class Rule:
 
 def rules_dir() -> Path:
     """``rules/`` of a source checkout, else the copy installed inside the package."""
-    here = Path(__file__).resolve()
-    for cand in (here.parents[2] / "rules", here.parent / "_data" / "rules"):
-        if cand.is_dir() and any(cand.glob("*.toml")):
-            return cand
-    raise RuleError("no rules directory found (expected rules/*.toml beside the package)")
+    found = data_dir("rules", "*.toml")
+    if found is None:
+        raise RuleError("no rules directory found (expected rules/*.toml beside the package)")
+    return found
 
 
 def load_rule(path: Path) -> Rule:
