@@ -118,7 +118,7 @@ def main() -> None:
         t_re, rss_re = best([*HF, "scan", str(fleet), "--db", str(db), "--out", str(out)])
         rows.append(("rescan, nothing changed", t_re, rss_re, f"{100 * t_re / t_full:.1f} % of the full scan"))
         n_inc = len(list((out / "incidents").glob("*.html")))
-        code = ("import sys,time;from hangforensics.store import Store;from hangforensics.report import render_incident;"
+        code = ("import sys,time;from hangforensics.store import Store;from hangforensics.report.html import render_incident;"
                 f"st=Store({str(db)!r});inc=st.query('SELECT * FROM incidents');t=time.perf_counter();"
                 "[render_incident(st,i) for i in inc];print((time.perf_counter()-t)/max(len(inc),1))")
         per = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)

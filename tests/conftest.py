@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hangforensics.findings import run_rules
-from hangforensics.ingest import ingest_paths
+from hangforensics.analysis.findings import run_rules
+from hangforensics.ingest.pipeline import ingest_paths
 from hangforensics.store import Store
 
 REPO = Path(__file__).resolve().parents[1]

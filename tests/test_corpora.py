@@ -16,7 +16,7 @@ import pytest
 from conftest import DATA, EXAMPLES, requires_shared
 
 from hangforensics import api
-from hangforensics.ingest import ingest_paths
+from hangforensics.ingest.pipeline import ingest_paths
 from hangforensics.store import Store
 
 ISSUE2_RULES = ("stall-onset,all-ranks-frozen,first-rank-stopped,busy-leak-report,idle-memory-leak,"

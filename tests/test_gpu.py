@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import LogWriter, analyze_folder, by_rule
 
-from hangforensics.ingest import ingest_paths
+from hangforensics.ingest.pipeline import ingest_paths
 from hangforensics.store import Store
 
 FRAMES = ("    recvmsg (libc.so.6)\n    ncclCommWindowRegister (libnccl.so.2)\n"

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from conftest import DATA, LogWriter
 
-from hangforensics import ingest as ingest_mod
-from hangforensics import logfile
-from hangforensics.ingest import ingest_paths
-from hangforensics.logfile import ReadNotes, iter_chunks
+from hangforensics.ingest import pipeline as ingest_mod
+from hangforensics.ingest.pipeline import ingest_paths
+from hangforensics.readers import logfile
+from hangforensics.readers.logfile import ReadNotes, iter_chunks
 from hangforensics.store import Store
 
 HOSTILE = DATA / "hostile" / "fleet"

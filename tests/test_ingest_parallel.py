@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import hangforensics.ingest as ingest
+import hangforensics.ingest.pipeline as ingest
 from hangforensics.store import Store
 
 QUERY = ("SELECT (SELECT count(*) FROM batches), (SELECT count(DISTINCT line) FROM batches), "

@@ -21,9 +21,8 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from hangforensics import (
+from hangforensics.parsers import (
     capture_errors,
-    evidence,
     faulthandler,
     gdb,
     gpu,
@@ -34,6 +33,7 @@ from hangforensics import (
     stackrows,
     torch_nccl,
 )
+from hangforensics.readers import evidence
 
 # derandomize: CI and a laptop run the same examples; sizes keep the whole file well under a minute on 2 cores
 FAST = settings(deadline=None, max_examples=300, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -411,7 +411,7 @@ def test_reader_yields_every_line_once(tmp_path_factory: pytest.TempPathFactory,
     import gzip as gzip_mod
     import zlib
 
-    from hangforensics.logfile import ReadNotes, iter_chunks
+    from hangforensics.readers.logfile import ReadNotes, iter_chunks
 
     assume(gz or not data.startswith(b"\x1f\x8b"))      # gzip is recognised by its magic bytes
     path = tmp_path_factory.mktemp("reader") / "f"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hangforensics.ingest import ingest_paths
+from hangforensics.ingest.pipeline import ingest_paths
 from hangforensics.store import Store
 
 DATA = Path(__file__).parent / "data" / "releases"

@@ -127,7 +127,7 @@ def _fleet_index_db(tmp_path: Path, engines: int) -> Path:
 def test_fleet_index_of_1000_engines_loads_and_sorts(tmp_path: Path, page_of):
     import time
 
-    from hangforensics.report import render_fleet_index
+    from hangforensics.report.html import render_fleet_index
     from hangforensics.store import Store
 
     with Store(_fleet_index_db(tmp_path, 1000)) as st:
@@ -156,7 +156,7 @@ def test_fleet_index_of_1000_engines_loads_and_sorts(tmp_path: Path, page_of):
 def test_scan_index_links_every_incident_report(tmp_path: Path, page_of):
     from conftest import small_fleet
 
-    from hangforensics.scan import scan
+    from hangforensics.fleet.scan import scan
 
     res = scan(small_fleet(tmp_path), tmp_path / "s.duckdb", out=tmp_path / "out")
     page, messages, _ = page_of(res.index)

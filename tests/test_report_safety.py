@@ -12,8 +12,8 @@ import pytest
 from conftest import EXAMPLES, REPO, LogWriter
 
 from hangforensics import api
-from hangforensics import findings as findings_mod
-from hangforensics.report import REPORT_CSP, _env, incident_filename, incident_href, script_csp
+from hangforensics.analysis import findings as findings_mod
+from hangforensics.report.html import REPORT_CSP, _env, incident_filename, incident_href, script_csp
 
 SCRIPT = "<script>window.__pwned=1</script>"
 IMG = '<img src=x onerror="window.__pwned=1">'
@@ -114,7 +114,7 @@ def test_hostile_engine_report_shows_markup_as_text_and_runs_nothing(tmp_path: P
 
 
 def test_hostile_fleet_index_links_stay_relative_and_run_only_its_own_script(tmp_path: Path, open_page):
-    from hangforensics.scan import scan
+    from hangforensics.fleet.scan import scan
 
     res = scan(hostile_fleet(tmp_path / "fleet"), tmp_path / "s.duckdb", out=tmp_path / "out")
     assert len(res.incidents) == 2
@@ -181,7 +181,7 @@ JOIN (SELECT * FROM events WHERE starts_with(message, 'Receive: obj=') QUALIFY r
 def quoting_rules(monkeypatch):
     """Today's rules cite no payload-bearing line; add one that quotes and cites the request lines, the way
     signature findings quote log messages, to prove the report redacts whatever a rule brings."""
-    from hangforensics.rules import Rule
+    from hangforensics.analysis.rules import Rule
 
     real = findings_mod.load_rules
     extra = Rule(id="request-in-flight", severity="critical", title="A request was in flight",

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from conftest import LogWriter, analyze_folder, by_rule
 
-from hangforensics.rules import load_rules
+from hangforensics.analysis.rules import load_rules
 
 T = "2026-05-01 10:00:00"
 
@@ -174,7 +174,7 @@ def test_glog_lines_in_another_zone_are_aligned_to_the_log(tmp_path):
     f = by_rule(analyze_folder(log.write(tmp_path / "utc")))
     (first,) = f["first-rank-stopped"]
     assert first["ranks"] == ["TP2"]
-    from hangforensics.ingest import ingest_paths
+    from hangforensics.ingest.pipeline import ingest_paths
     from hangforensics.store import Store
 
     with Store(":memory:") as st:

@@ -16,7 +16,7 @@ import pytest
 from conftest import EXAMPLES, REPO, LogWriter, requires_shared, small_fleet
 
 from hangforensics.errors import DatabaseBusyError
-from hangforensics.scan import ScanLock, scan
+from hangforensics.fleet.scan import ScanLock, scan
 from hangforensics.store import Store
 
 COUNTS = ("SELECT (SELECT count(*) FROM batches) AS batches, (SELECT count(*) FROM http_requests) AS http, "

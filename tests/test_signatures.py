@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import LogWriter, analyze_folder, by_rule
 
-from hangforensics.signatures import load_signatures
+from hangforensics.analysis.signatures import load_signatures
 
 TAIL = ("    Scheduler.event_loop_overlap (vendor_sgl/srt/managers/scheduler.py:1052)\n"
         "    run_scheduler_process (vendor_sgl/srt/managers/scheduler.py:4414)\n    <module> (<string>:1)\n")
@@ -138,7 +138,7 @@ def test_nccl_timeout_positive_and_periodic_update_negative(tmp_path: Path):
 
 
 def test_nccl_progress_view_compares_ranks(tmp_path: Path):
-    from hangforensics.ingest import ingest_paths
+    from hangforensics.ingest.pipeline import ingest_paths
     from hangforensics.store import Store
 
     log = LogWriter(tp=4)

@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, SHARED
 
+from hangforensics.analysis.findings import run_rules
 from hangforensics.errors import InputError, QueryError
-from hangforensics.findings import run_rules
-from hangforensics.ingest import ingest_paths
-from hangforensics.named_queries import load_named_queries
-from hangforensics.sqlquery import render_rows, run_query
+from hangforensics.ingest.pipeline import ingest_paths
+from hangforensics.sql.named_queries import load_named_queries
+from hangforensics.sql.query import render_rows, run_query
 from hangforensics.store import CONTRACT_COLUMNS, Store, schema_markdown
 
 SEED = REPO / "examples" / "seed-incident"

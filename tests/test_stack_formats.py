@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import DATA, SHARED
 
-from hangforensics import faulthandler, gdb, native_trace, pyspy
-from hangforensics.evidence import detect_kind
-from hangforensics.ingest import ingest_paths
+from hangforensics.ingest.pipeline import ingest_paths
+from hangforensics.parsers import faulthandler, gdb, native_trace, pyspy
+from hangforensics.readers.evidence import detect_kind
 from hangforensics.store import Store
 
 FORMATS = SHARED / "formats"

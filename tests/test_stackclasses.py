@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import SHARED, LogWriter, analyze_folder, by_rule
 
-from hangforensics.findings import run_rules
-from hangforensics.ingest import ingest_paths
-from hangforensics.stackclasses import compact_ranks
+from hangforensics.analysis.findings import run_rules
+from hangforensics.analysis.stackclasses import compact_ranks
+from hangforensics.ingest.pipeline import ingest_paths
 from hangforensics.store import Store
 
 FORMATS = SHARED / "formats"

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import findings as findings_mod
+from .analysis import findings as findings_mod
+from .analysis.rules import Rule, load_rules
 from .errors import InputError, translate_disk_errors
-from .evidence import Workspace
-from .ingest import IngestResult, ingest_paths
+from .ingest.pipeline import IngestResult, ingest_paths
 from .progress import Progress
-from .rules import Rule, load_rules
+from .readers.evidence import Workspace
 from .store import Store
 
 
@@ -50,7 +50,7 @@ def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None 
 
     The HTML redacts request payloads (prompts, token ids) unless ``show_payloads``; the database keeps them.
     """
-    from .report import render_report  # rendering stays in the report layer
+    from .report.html import render_report  # rendering stays in the report layer
 
     out = Path(out)
     if out.exists() and out.is_dir():

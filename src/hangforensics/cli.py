@@ -15,9 +15,9 @@ from typing import Annotated
 import typer
 
 from . import __version__
+from .analysis.rules import SEVERITY_RANK
 from .errors import HangforensicsError
 from .progress import Progress
-from .rules import SEVERITY_RANK
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -119,7 +119,7 @@ def scan(
     )] = False,
 ) -> None:
     """The nightly fleet job: incremental ingest of every engine under ROOT, rules, incidents, reports."""
-    from .scan import scan as run_scan
+    from .fleet.scan import scan as run_scan
 
     if fail_on is not None and fail_on not in SEVERITY_RANK:
         raise HangforensicsError(f"--fail-on must be one of {', '.join(SEVERITY_RANK)}")
@@ -151,7 +151,7 @@ def sql(
 
     A table fits the terminal ($COLUMNS); csv, json and parquet (-o needed) export every row.
     """
-    from .sqlquery import run_query
+    from .sql.query import run_query
 
     text = run_query(db, query, fmt, output, max_rows=max_rows)
     if text is not None:
@@ -164,7 +164,7 @@ def queries_cmd() -> None:
     import shutil
     import textwrap
 
-    from .named_queries import load_named_queries
+    from .sql.named_queries import load_named_queries
 
     width = max(shutil.get_terminal_size((100, 24)).columns, 60)
     for q in load_named_queries():

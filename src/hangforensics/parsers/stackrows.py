@@ -11,8 +11,8 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
 
+from ..store import Store
 from . import pyspy
-from .store import Store
 
 
 def rank_from_place(rel_path: str, engine: str) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from .store import Store
+from ..store import Store
 
 MILESTONES = [
     "Init torch distributed ends", "Load weight end", "Memory pool end", "Capture cuda graph end",

@@ -32,10 +32,10 @@ from typing import Any
 
 import tomllib
 
-from .errors import RuleError
+from ..errors import RuleError
+from ..store import Store
 from .rules import rules_dir
 from .stackclasses import captures, compact_ranks, main_stacks
-from .store import Store
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import DatabaseBusyError, InputError, translate_disk_errors
-from .evidence import Workspace
-from .ingest import IngestResult, ingest_files
-from .progress import Progress
-from .store import Store
+from ..errors import DatabaseBusyError, InputError, translate_disk_errors
+from ..ingest.pipeline import IngestResult, ingest_files
+from ..progress import Progress
+from ..readers.evidence import Workspace
+from ..store import Store
 
 
 @dataclass
@@ -105,8 +105,8 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
         stale = [r["engine"] for r in store.query(
             "SELECT s.engine FROM (SELECT DISTINCT engine FROM sources) s LEFT JOIN engine_state e USING (engine) "
             "WHERE e.engine IS NULL OR e.analyzed_version < e.data_version ORDER BY 1")]
-        from . import findings as findings_mod  # rules and models load only when something changed
-        from . import incidents as incidents_mod
+        from ..analysis import findings as findings_mod  # rules and models load only when something changed
+        from ..analysis import incidents as incidents_mod
 
         if stale:
             findings_mod.run_rules(store, engines=stale)
@@ -119,7 +119,7 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
         written = 0
         index = None
         if out is not None:
-            from .report import incident_filename, render_fleet_index, render_incident
+            from ..report.html import incident_filename, render_fleet_index, render_incident
 
             out = Path(out)
             (out / "incidents").mkdir(parents=True, exist_ok=True)
@@ -149,8 +149,8 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
 
 
 def _incident_json(i: dict[str, Any], scan_id: int) -> dict[str, Any]:
-    from .findings import iso
-    from .report import incident_filename
+    from ..analysis.findings import iso
+    from ..report.html import incident_filename
 
     return {
         "id": i["incident_id"], "engine": i["engine"], "kind": i["kind"], "severity": i["severity"],

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError
+from ..errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 4 * 1024 * 1024         # memory: about 35x the chunk at peak while it is parsed

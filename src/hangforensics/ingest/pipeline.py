@@ -20,12 +20,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import faulthandler, gdb, gpu, native_trace, pyspy
-from .capture_errors import capture_error_reason
-from .clock import align_engine_clocks
-from .errors import InputError
-from .evidence import STACK_KINDS, EvidenceFile, Workspace, detect_kind
-from .logfile import (
+from ..errors import InputError
+from ..parsers import faulthandler, gdb, gpu, native_trace, pyspy
+from ..parsers.capture_errors import capture_error_reason
+from ..parsers.stackrows import dump_rows, rank_from_place, ranks_from_pids
+from ..progress import Progress
+from ..readers.evidence import STACK_KINDS, EvidenceFile, Workspace, detect_kind
+from ..readers.logfile import (
     HEAD_BYTES,
     RECORD_START,
     ReadNotes,
@@ -35,9 +36,8 @@ from .logfile import (
     is_gzip,
     iter_chunks,
 )
-from .progress import Progress
-from .stackrows import dump_rows, rank_from_place, ranks_from_pids
-from .store import LOADED_TABLES, Store, physical
+from ..store import LOADED_TABLES, Store, physical
+from .clock import align_engine_clocks
 
 
 @dataclass
@@ -528,7 +528,7 @@ def _parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: Progress):
 
 def _read_ranges(futures: list) -> Iterator[tuple[str, Any]]:
     """The batches of a split log's ranges in file order, with checkpoints and totals made cumulative."""
-    from .sglang_log import newest_release
+    from ..parsers.sglang_log import newest_release
 
     done = FileOutcome()
     release = None
@@ -615,7 +615,7 @@ def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOut
     """Parse a server log chunk by chunk; chunks end at record starts, so each one is whole records and
     ``out`` (read_bytes, lines) is a resume point after every yield."""
     head = head_text(f.abs_path).splitlines()
-    from .sglang_log import FileContext, newest_release, parse_chunk
+    from ..parsers.sglang_log import FileContext, newest_release, parse_chunk
 
     ctx = FileContext(engine=f.engine, path=f.rel_path,
                       default_year=datetime.fromtimestamp(f.abs_path.stat().st_mtime).year,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import tomllib
 
-from .errors import RuleError
-from .resources import data_dir
+from ..errors import RuleError
+from ..resources import data_dir
 
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}

@@ -13,9 +13,9 @@ import hashlib
 from datetime import datetime
 from typing import Any
 
-from .analysis import segments_of
+from ..store import Store
 from .rules import SEVERITY_RANK
-from .store import Store
+from .stalls import segments_of
 
 
 def incident_id(engine: str, onset: datetime | None, segment: int) -> str:

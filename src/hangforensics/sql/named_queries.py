@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import QueryError
-from .resources import data_dir
+from ..errors import QueryError
+from ..resources import data_dir
 
 REQUIRED = ("title", "description")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")

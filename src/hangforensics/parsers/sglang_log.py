@@ -22,9 +22,9 @@ from typing import Any
 
 import polars as pl
 
+from ..ranks import rank_numbers  # noqa: F401  (re-exported for older imports)
+from ..readers.logfile import COMPOSE_RE
 from . import faulthandler, leaks, native_trace, pyspy, stackrows, torch_nccl
-from .logfile import COMPOSE_RE
-from .ranks import rank_numbers  # noqa: F401  (re-exported for older imports)
 
 # -- envelopes (polars / Rust regex syntax) -----------------------------------
 GLOG = (

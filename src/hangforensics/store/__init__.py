@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from .errors import DatabaseBusyError, DatabaseError
+from ..errors import DatabaseBusyError, DatabaseError
 
 SCHEMA_VERSION = 2
 

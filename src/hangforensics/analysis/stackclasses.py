@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .ranks import rank_key, rank_numbers
-from .store import Store
+from ..ranks import rank_key, rank_numbers
+from ..store import Store
 
 CAPTURE_WINDOW_S = 300
 ADDRESS_RE = re.compile(r"^(?:0x[0-9a-fA-F]+|\?\?)$")

@@ -24,15 +24,15 @@ from typing import Any
 
 import jinja2
 
-from . import __version__
-from .analysis import PROBE_PATHS
-from .findings import iso
-from .logfile import iter_chunks
-from .ranks import rank_key
-from .redaction import redact_payloads, shorten
-from .resources import data_dir
-from .rules import SEVERITIES, load_rules
-from .store import Store
+from .. import __version__
+from ..analysis.findings import iso
+from ..analysis.rules import SEVERITIES, load_rules
+from ..analysis.stalls import PROBE_PATHS
+from ..ranks import rank_key
+from ..readers.logfile import iter_chunks
+from ..redaction import redact_payloads, shorten
+from ..resources import data_dir
+from ..store import Store
 
 TIMELINE_W = 860          # drawing width of the time axis, px
 LABEL_W = 110
@@ -325,8 +325,8 @@ def render_incident(store: Store, incident: dict[str, Any], show_payloads: bool 
     """One incident's report: its engine's report scoped to the incident's run and findings."""
     fs = store.query("SELECT * EXCLUDE (finding_id) FROM findings WHERE engine = ? ORDER BY finding_id",
                      [incident["engine"]])
-    from .analysis import segments_of
-    from .incidents import _segment_of
+    from ..analysis.incidents import _segment_of
+    from ..analysis.stalls import segments_of
 
     segs = segments_of(store, incident["engine"])
     mine = [f for f in fs if _segment_of(segs, f["ts"]) == incident["segment"] or f["ts"] is None]

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from .ranks import rank_numbers
-from .store import Store
+from ..ranks import rank_numbers
+from ..store import Store
 
 MIN_SILENCE_S = 60.0
 REQUEST_GRACE_S = 2.0

@@ -11,10 +11,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import faulthandler, gdb, native_trace, pyspy
-from .capture_errors import looks_like_capture_error
-from .errors import InputError
-from .gpu import looks_like_nvidia_smi
+from ..errors import InputError
+from ..parsers import faulthandler, gdb, native_trace, pyspy
+from ..parsers.capture_errors import looks_like_capture_error
+from ..parsers.gpu import looks_like_nvidia_smi
 from .logfile import head_text
 
 ROTATION_RE = re.compile(r"^(?P<base>.+?)\.(?P<n>\d+)(?:\.gz)?$")

@@ -27,9 +27,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import DatabaseBusyError, DatabaseError, InputError, QueryError
+from ..errors import DatabaseBusyError, DatabaseError, InputError, QueryError
+from ..store import check_readable
 from .named_queries import find_named_query, looks_like_a_name
-from .store import check_readable
 
 FORMATS = ("table", "csv", "json", "parquet")
 DEFAULT_MAX_ROWS = 50

@@ -7,11 +7,11 @@ from typing import Any
 
 import duckdb
 
-from . import __version__
-from .errors import RuleError
-from .ranks import rank_key
+from .. import __version__
+from ..errors import RuleError
+from ..ranks import rank_key
+from ..store import Store
 from .rules import SEVERITY_RANK, Rule, load_rules
-from .store import Store
 
 
 def iso(ts: datetime | None) -> str | None:
@@ -25,7 +25,11 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
     rules = rules if rules is not None else load_rules()
     if engines is None:
         engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
-    from . import analysis, signatures, stackclasses  # the models: polars-free imports stay cheap
+    from . import (
+        signatures,
+        stackclasses,  # the models: polars-free imports stay cheap
+    )
+    from . import stalls as analysis
 
     with store.transaction():
         analysis.rebuild(store, engines)

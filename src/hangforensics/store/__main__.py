@@ -1,0 +1,3 @@
+from . import schema_markdown
+
+print(schema_markdown(), end="")
