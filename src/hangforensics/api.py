@@ -13,9 +13,9 @@ from .analysis import findings as findings_mod
 from .analysis.rules import Rule, load_rules
 from .errors import InputError, translate_disk_errors
 from .ingest.pipeline import IngestResult, ingest_paths
-from .progress import Progress
 from .readers.evidence import Workspace
 from .store import Store
+from .terminal_progress import ProgressBar
 
 
 @dataclass
@@ -27,7 +27,7 @@ class ReportResult:
 
 
 @translate_disk_errors
-def ingest(paths: list[Path], db: Path, mode: str = "auto", progress: Progress | None = None,
+def ingest(paths: list[Path], db: Path, mode: str = "auto", progress: ProgressBar | None = None,
            jobs: int = 1) -> list[IngestResult]:
     """Load evidence into the DuckDB file ``db`` (incremental); ``jobs`` parser processes for large inputs."""
     with Store(db) as store:
@@ -45,7 +45,7 @@ def analyze(db: Path) -> dict[str, Any]:
 
 @translate_disk_errors
 def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None = None, mode: str = "auto",
-           progress: Progress | None = None, show_payloads: bool = False) -> ReportResult:
+           progress: ProgressBar | None = None, show_payloads: bool = False) -> ReportResult:
     """Postmortem in one step: ingest PATH, run the rules, write the HTML (and the findings JSON).
 
     The HTML redacts request payloads (prompts, token ids) unless ``show_payloads``; the database keeps them.

@@ -17,7 +17,7 @@ import typer
 from . import __version__
 from .analysis.rules import SEVERITY_RANK
 from .errors import HangforensicsError
-from .progress import Progress
+from .terminal_progress import ProgressBar
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -61,7 +61,7 @@ def report(
     """Postmortem in one step: ingest PATH, run every rule, write one self-contained HTML report."""
     from . import api
 
-    res = api.report(path, output, db=db, json_out=json_out, mode=_mode(engine, fleet), progress=Progress(),
+    res = api.report(path, output, db=db, json_out=json_out, mode=_mode(engine, fleet), progress=ProgressBar(),
                      show_payloads=show_payloads)
     n = len(res.document["findings"])
     crit = sum(1 for f in res.document["findings"] if f["severity"] == "critical")
@@ -80,7 +80,7 @@ def ingest(
     """Load evidence into the database; unchanged files add nothing, grown files are read from where they left off."""
     from . import api
 
-    results = api.ingest(paths, db, mode=_mode(engine, fleet), progress=Progress(), jobs=jobs or os.cpu_count() or 1)
+    results = api.ingest(paths, db, mode=_mode(engine, fleet), progress=ProgressBar(), jobs=jobs or os.cpu_count() or 1)
     for r in results:
         typer.echo(f"{r.root}: {len(r.engines)} engine(s), {r.files_read} file(s) read, {r.files_skipped} unchanged, "
                    f"{r.lines} lines ({r.unparsed} unparsed)", err=True)
@@ -123,7 +123,7 @@ def scan(
 
     if fail_on is not None and fail_on not in SEVERITY_RANK:
         raise HangforensicsError(f"--fail-on must be one of {', '.join(SEVERITY_RANK)}")
-    res = run_scan(root, db, out=out, json_out=json_out, wait_s=wait, jobs=jobs, progress=Progress(),
+    res = run_scan(root, db, out=out, json_out=json_out, wait_s=wait, jobs=jobs, progress=ProgressBar(),
                    show_payloads=show_payloads)
     ing = res.ingest
     typer.echo(f"scan {res.scan_id}: {len(ing.engines)} engine(s), {ing.files_read} file(s) read "

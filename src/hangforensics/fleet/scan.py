@@ -22,9 +22,9 @@ from typing import Any
 
 from ..errors import DatabaseBusyError, InputError, translate_disk_errors
 from ..ingest.pipeline import IngestResult, ingest_files
-from ..progress import Progress
 from ..readers.evidence import Workspace
 from ..store import Store
+from ..terminal_progress import ProgressBar
 
 
 @dataclass
@@ -82,7 +82,7 @@ class ScanLock:
 
 @translate_disk_errors
 def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = None, wait_s: float = 0.0,
-         jobs: int | None = None, progress: Progress | None = None, show_payloads: bool = False) -> ScanResult:
+         jobs: int | None = None, progress: ProgressBar | None = None, show_payloads: bool = False) -> ScanResult:
     """Scan the fleet at ``root`` (its immediate subfolders are engines) into ``db``.
 
     Reports redact request payloads unless ``show_payloads``.

@@ -24,7 +24,6 @@ from ..errors import InputError
 from ..parsers import faulthandler, gdb, gpu, native_trace, pyspy
 from ..parsers.capture_errors import capture_error_reason
 from ..parsers.stackrows import dump_rows, rank_from_place, ranks_from_pids
-from ..progress import Progress
 from ..readers.evidence import STACK_KINDS, EvidenceFile, Workspace, detect_kind
 from ..readers.logfile import (
     HEAD_BYTES,
@@ -37,6 +36,7 @@ from ..readers.logfile import (
     iter_chunks,
 )
 from ..store import LOADED_TABLES, Store, physical
+from ..terminal_progress import ProgressBar
 from .clock import align_engine_clocks
 
 
@@ -111,7 +111,7 @@ def is_live(st: os.stat_result) -> bool:
     return time.time() - st.st_mtime < LIVE_SECONDS
 
 
-def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: Progress | None = None,
+def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: ProgressBar | None = None,
                  workspace: Workspace | None = None, jobs: int = 1, hold_live_tail: bool = True) -> list[IngestResult]:
     """Ingest each PATH (engine folder, fleet folder, single file or archive) into ``store``.
 
@@ -130,7 +130,7 @@ def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: 
             ws.close()
 
 
-def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: Progress | None = None,
+def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: ProgressBar | None = None,
                  jobs: int = 1, vanish_engines: list[str] | None = None, hold_live_tail: bool = True) -> IngestResult:
     """Plan every file against the manifest, parse what changed (in ``jobs`` processes), load it.
 
@@ -138,7 +138,7 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
     of a whole fleet knows every file of its engines; a single-file ingest does not).
     """
     res = IngestResult(root=root)
-    prog = progress or Progress(enabled=False)
+    prog = progress or ProgressBar(enabled=False)
     for f in files:
         if f.engine not in res.engines:
             res.engines.append(f.engine)
@@ -501,7 +501,7 @@ def split_job(job: FileJob, parts: int) -> list[FileJob]:
     return jobs
 
 
-def _parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: Progress):
+def _parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar):
     """Parse files (and byte ranges of large logs) in worker processes, each spilling its row batches as
     Arrow IPC files; load them here in file order: DuckDB has one writer, and loading overlaps parsing."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))

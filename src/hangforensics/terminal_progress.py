@@ -1,4 +1,6 @@
-"""Progress on stderr, only when stderr is a terminal (stdout stays clean for --json)."""
+"""A progress bar on stderr, only when stderr is a terminal (stdout stays clean for --json).
+
+Not to be confused with an engine's forward progress (batch lines), which analysis/stalls.py judges."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import sys
 import time
 
 
-class Progress:
+class ProgressBar:
     def __init__(self, enabled: bool | None = None) -> None:
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.label = ""
