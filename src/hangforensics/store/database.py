@@ -1,0 +1,161 @@
+"""One DuckDB database file: opening (with schema checks and migration), transactions, Arrow loading."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from ..errors import DatabaseBusyError, DatabaseError
+from .schema import MIGRATIONS, SCHEMA_VERSION, TABLES, physical
+from .views import MACROS, ddl_statements
+
+
+def schema_version(con: duckdb.DuckDBPyConnection, path: str) -> int | None:
+    """The database's schema version; None for a new, empty database.  Raises DatabaseError for a
+    database this hangforensics cannot use (another tool's, or a newer schema)."""
+    tables = {r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+    if not tables:
+        return None
+    if "meta" not in tables:
+        raise DatabaseError(f"{path} is a DuckDB database but not a hangforensics one (no meta table)")
+    rows = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+    raw = rows[0][0] if rows else None
+    try:
+        version = int(raw)
+    except (TypeError, ValueError):
+        raise DatabaseError(f"database {path} records no readable schema version ({raw!r})") from None
+    if version > SCHEMA_VERSION:
+        raise DatabaseError(
+            f"database {path} has schema version {version}, newer than this hangforensics "
+            f"({SCHEMA_VERSION}); upgrade hangforensics")
+    return version
+
+
+def check_readable(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    """For read-only use: the database must be at this schema version (an older one is migrated by any
+    writing command, or by ``hangforensics migrate``)."""
+    version = schema_version(con, path)
+    if version is not None and version < SCHEMA_VERSION:
+        raise DatabaseError(
+            f"database {path} has schema version {version}, older than this hangforensics "
+            f"({SCHEMA_VERSION}); run 'hangforensics migrate --db {path}' to upgrade it in place")
+
+
+class Store:
+    """One DuckDB database file (or ``:memory:``) holding ingested evidence."""
+
+    def __init__(self, path: str | Path = ":memory:", read_only: bool = False) -> None:
+        self.path = str(path)
+        self.opened_at_version: int | None = None    # the schema version found on opening (None: new)
+        try:
+            # Bounded memory however large the evidence: DuckDB spills beyond this instead of growing.
+            self.con = duckdb.connect(self.path, read_only=read_only,
+                                      config={"memory_limit": os.environ.get("HANGFORENSICS_DB_MEMORY", "256MB")})
+        except duckdb.IOException as e:
+            if "lock" in str(e).lower():
+                raise DatabaseBusyError(
+                    f"database {self.path} is busy: another hangforensics process is writing it"
+                ) from e
+            raise DatabaseError(f"cannot open database {self.path}: {_first_line(e)}") from e
+        except duckdb.Error as e:
+            raise DatabaseError(f"cannot open database {self.path}: {_first_line(e)}") from e
+        try:
+            if not read_only:
+                self._migrate()
+            else:
+                check_readable(self.con, self.path)
+        except BaseException:
+            self.con.close()
+            raise
+
+    def _migrate(self) -> None:
+        version = self.opened_at_version = self.schema_version()
+        if version is not None and version < SCHEMA_VERSION:
+            self.upgrade(version)
+        for stmt in ddl_statements() + MACROS:
+            self.con.execute(stmt)
+        if version is None:
+            self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+
+    def schema_version(self) -> int | None:
+        return schema_version(self.con, self.path)
+
+    def upgrade(self, version: int) -> None:
+        """Apply MIGRATIONS from ``version`` to SCHEMA_VERSION in one transaction."""
+        missing = [v for v in range(version, SCHEMA_VERSION) if v not in MIGRATIONS]
+        if missing:
+            raise DatabaseError(
+                f"database {self.path} has schema version {version}, which this hangforensics cannot migrate; "
+                f"re-ingest the evidence into a new database")
+        with self.transaction():
+            for v in range(version, SCHEMA_VERSION):
+                for stmt in MIGRATIONS[v]:
+                    self.con.execute(stmt)
+            self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+
+    # -- loading ---------------------------------------------------------------
+    def append(self, table: str, rows: pa.Table | Sequence[dict[str, Any]]) -> int:
+        """Append rows (an Arrow table or dicts) to ``table``, matching columns by name."""
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table}")
+        if not isinstance(rows, pa.Table):
+            if not rows:
+                return 0
+            rows = pa.Table.from_pylist(list(rows))
+        if rows.num_rows == 0:
+            return 0
+        cols = [c for c in rows.column_names]
+        self.con.register("_incoming", rows)
+        try:
+            col_list = ", ".join(f'"{c}"' for c in cols)
+            self.con.execute(f"INSERT INTO {physical(table)} ({col_list}) SELECT {col_list} FROM _incoming")
+        finally:
+            self.con.unregister("_incoming")
+        return rows.num_rows
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.rollback()
+            raise
+        else:
+            self.con.execute("COMMIT")
+
+    def rollback(self) -> None:
+        """Roll back the open transaction, if any: a COMMIT that failed (disk full) has already ended it,
+        and a second error must not hide the first."""
+        with contextlib.suppress(duckdb.TransactionException):
+            self.con.execute("ROLLBACK")
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        """First column of the first row (None when no row); consumes the whole result."""
+        rows = self.con.execute(sql, params or []).fetchall()
+        return rows[0][0] if rows else None
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql, params or [])
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -1,0 +1,144 @@
+"""The schema document (docs/schema.md): every table, view and column with its meaning."""
+
+from __future__ import annotations
+
+from .database import Store
+from .schema import CLOCKED, SCHEMA_VERSION, TABLES, physical
+from .views import VIEWS
+
+VIEW_NOTES = {
+    "meta": "Key/value facts about the database; `schema_version` is the schema's version.",
+    "sources": "One row per ingested file: the manifest that makes re-ingest incremental.",
+    "events": "Recognised log records other than batch and access lines (kind says which).",
+    "batches": "One row per Prefill/Decode batch line; keys parsed by name, never by position.",
+    "http_requests": "One row per uvicorn access line.",
+    "stacks": "One row per thread in a stack dump (embedded in a log or a standalone capture).",
+    "frames": "One row per frame of a thread, depth 0 innermost.",
+    "leak_reports": "Memory-check / leak reports with the context they were printed in.",
+    "unparsed": "Every line no parser recognised, verbatim.",
+    "findings": "What the rules found (interface.md §3).",
+    "rank_stops": "Derived by analyze: per-rank evidence of when each rank stopped.",
+    "stalls": "Derived by analyze: one row per run of the server that stalled.",
+    "freezes": "Derived by analyze: how tightly the ranks of a stalled run froze.",
+    "rank_classes": "Derived by analyze: STAT-style prefix tree of each capture's main-thread stacks.",
+    "rank_collectives": "Derived by analyze: the collective and call site each rank waits in.",
+    "desyncs": "Derived by analyze: captures whose ranks wait in different collectives.",
+    "signature_matches": "Derived by analyze: catalogued hang signatures the evidence matches.",
+    "gpu_samples": "One row per nvidia-smi CSV sample (view gpu_rank_samples adds the rank).",
+    "incidents": "Written by scan: findings grouped by engine and stall episode.",
+    "scans": "Written by scan: one row per scan; finished_at is NULL for an interrupted one.",
+    "engine_state": "Whether an engine's findings are up to date with its data (incremental scans).",
+    "progress": "Forward progress, one row per progress line: SGLang Prefill/Decode batch lines and vLLM stats "
+                "lines whose generation throughput moved. The last row of a rank is where it stopped.",
+    "gpu_rank_samples": "gpu_samples with the rank each GPU serves (from server_args base_gpu_id / gpu_id_step).",
+    "engine_facts": "One row per engine: what it runs, as its logs show it (model, parallelism, flags, versions).",
+    "nccl_progress": "torch ProcessGroupNCCL progress per rank and process group, compared within the group: "
+                     "a rank behind the group's furthest completed collective is the suspect.",
+}
+
+# Columns of the convenience views (VIEWS): what each means.  The types come from the views themselves.
+VIEW_COLUMNS: dict[str, dict[str, str]] = {
+    "progress": {
+        "engine": "the engine", "path": "file of the progress line", "line": "line number in that file",
+        "ts": "when it was printed, on the main log's clock",
+        "rank": "rank that printed it ('TP0'; '' for vLLM's main process)",
+        "batch_kind": "Prefill, Decode, or vllm for a vLLM stats line",
+        "running_req": "requests running (SGLang '#running-req', vLLM 'Running: N reqs')",
+        "queue_req": "requests waiting (SGLang '#queue-req', vLLM 'Waiting: N reqs')",
+        "pending_req": "PD disaggregation queues (batches.pending_req); NULL for vLLM",
+    },
+    "gpu_rank_samples": {
+        "engine": "the engine", "path": "nvidia-smi CSV file", "line": "line number in that file",
+        "ts": "sample time, on the main log's clock", "gpu_index": "GPU index on the node",
+        "util_pct": "GPU utilisation, percent", "power_w": "power draw, watts", "mem_mib": "memory used, MiB",
+        "rank": "rank served by that GPU, labelled like the log prefix ('TP3')",
+    },
+    "engine_facts": {
+        "engine": "the engine", "model": "server_args model_path (the latest run's)",
+        "tp_size": "tensor-parallel size", "dp_size": "data-parallel size",
+        "enable_symm_mem": "NCCL symmetric memory enabled (--enable-symm-mem)",
+        "enable_dp_attention": "DP attention enabled", "enable_hicache": "hierarchical KV cache enabled",
+        "disaggregation_mode": "prefill, decode or null (no PD disaggregation)",
+        "watchdog_timeout": "scheduler watchdog timeout, seconds",
+        "health_generation": "false when SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is off (a blind /health); "
+                             "NULL when not seen",
+        "nccl_version": "NCCL version the log prints, when it does", "torch_version": "torch version the log prints",
+        "release_hint": "SGLang release family the log formats point at",
+    },
+    "nccl_progress": {
+        "engine": "the engine", "pg": "process group (PG GUID, else PG ID)",
+        "global_rank": "global rank of the reporting process",
+        "last_enqueued": "highest 'last enqueued work' sequence number it reported",
+        "last_completed": "highest 'last completed work' sequence number it reported",
+        "timeout_seq": "SeqNum of the collective that timed out", "first_report": "its first torch NCCL line",
+        "lines": "torch NCCL lines it printed", "group_max_completed": "the group's furthest last_completed",
+        "behind": "true when this rank completed less than the group's furthest",
+        "reporting_ranks": "ranks of the group that reported",
+    },
+}
+
+# interface.md §4: the views and key columns users rely on (kept by every release; marked in the doc).
+CONTRACT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "sources": ("path", "engine", "kind", "bytes", "lines", "parsed_lines", "unparsed_lines"),
+    "events": ("engine", "path", "line", "ts", "rank", "kind", "message"),
+    "batches": ("engine", "ts", "rank", "batch_kind", "running_req", "queue_req", "token_usage", "gen_throughput"),
+    "http_requests": ("engine", "ts", "method", "path", "status"),
+    "stacks": ("engine", "dump_id", "ts", "rank", "pid", "thread_name", "thread_state"),
+    "frames": ("dump_id", "thread_id", "depth", "function", "file", "line", "native"),
+    "leak_reports": ("engine", "ts", "rank", "context", "leaked_full_pages", "leaked_mamba_pages"),
+    "findings": ("rule", "severity", "engine", "ranks", "ts", "ts_end", "title", "detail", "evidence", "signature"),
+    "unparsed": ("engine", "path", "line", "text"),
+}
+
+
+def table_columns(name: str) -> list[tuple[str, str, str]]:
+    """(column, type, meaning) of a table, read from its DDL and the ``--`` comment on each line."""
+    cols = []
+    for raw in TABLES[name].strip().splitlines():
+        body, _, note = raw.partition("--")
+        body = body.strip().rstrip(",")
+        if body:
+            col, _, typ = body.partition(" ")
+            cols.append((col, typ.strip(), note.strip()))
+    return cols
+
+
+def _column_table(name: str, cols: list[tuple[str, str, str]]) -> list[str]:
+    stable = set(CONTRACT_COLUMNS.get(name, ()))
+    out = ["| column | type | stable | meaning |", "| --- | --- | --- | --- |"]
+    out += [f"| `{c}` | {t} | {'yes' if c in stable else ''} | {n.replace('|', '/')} |" for c, t, n in cols]
+    return out + [""]
+
+
+def schema_markdown() -> str:
+    """docs/schema.md, generated from TABLES, VIEWS and their notes so the documentation cannot drift."""
+    out = [
+        "# Database schema",
+        "",
+        f"Schema version {SCHEMA_VERSION}. Generated from `src/hangforensics/store/` "
+        "(`python -m hangforensics.store > docs/schema.md`). Query it read-only with `hangforensics sql` "
+        "(see [sql.md](sql.md) for the ready named queries).",
+        "",
+        "Timestamps are local time without zone, on the clock of the engine's main log: the views "
+        f"{', '.join(f'`{n}`' for n in CLOCKED)} add `sources.clock_offset_s` to the time each file printed "
+        "(their rows are stored in `t_<name>` tables, with the times as printed). Rank labels are written as "
+        "SGLang writes them in its log prefix (`TP3`, `DP1 TP1 EP1`); the macro `rank_num(label, 'TP')` "
+        "extracts a number.",
+        "",
+        "Columns with *stable* = yes are the key columns of interface.md §4: every release keeps their "
+        "names and meaning. Every relation below exists in every database.",
+        "",
+    ]
+    for name in TABLES:
+        heading = f"## `{name}` (view over `{physical(name)}`)" if name in CLOCKED else f"## `{name}`"
+        out += [heading, "", VIEW_NOTES[name], ""] + _column_table(name, table_columns(name))
+    out += ["## Convenience views", "",
+            "Views over the tables above for questions asked often.", ""]
+    with Store(":memory:") as st:  # the views' column types, as DuckDB derives them
+        for name, body in VIEWS.items():
+            types = {r["column_name"]: r["column_type"] for r in st.query(f"DESCRIBE {name}")}
+            cols = [(c, types[c], note) for c, note in VIEW_COLUMNS[name].items()]
+            sql = "\n".join(x[8:] if x.startswith(" " * 8) else x for x in body.strip("\n").splitlines())
+            out += [f"### `{name}`", "", VIEW_NOTES[name], ""] + _column_table(name, cols)
+            out += ["<details><summary>SQL</summary>", "", "```sql", sql, "```", "", "</details>", ""]
+    return "\n".join(out)

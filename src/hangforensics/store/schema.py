@@ -1,0 +1,289 @@
+"""The DuckDB schema: every table with its columns' meanings, the tables that keep a file's own clock, and
+the migrations from older schema versions.
+
+Columns named in interface.md §4 are the stable contract; the rest are additions documented in
+docs/schema.md (generated from this file: ``python -m hangforensics.store > docs/schema.md``).
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 2
+
+# How to bring an older database up to SCHEMA_VERSION: the statements that take version N to N + 1.
+# Writing commands apply them (in one transaction) when they open an older database; read-only
+# commands say how (``hangforensics migrate``).
+MIGRATIONS: dict[int, list[str]] = {
+    1: ["ALTER TABLE sources ADD COLUMN IF NOT EXISTS note VARCHAR"],
+}
+
+# Table DDL.  Columns named in interface.md §4 are the stable contract; the rest
+
+TABLES: dict[str, str] = {
+    "meta": """
+        key VARCHAR PRIMARY KEY,        -- fact name, e.g. schema_version
+        value VARCHAR                   -- fact value, as text
+    """,
+    "sources": """
+        source_id INTEGER PRIMARY KEY,  -- row id of the file in this database
+        path VARCHAR NOT NULL,          -- relative to the ingest root, begins with the engine folder for fleets
+        abs_path VARCHAR NOT NULL,      -- absolute path the file was read from (a temporary folder for bundles)
+        engine VARCHAR NOT NULL,        -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, empty, binary, unreadable, unknown
+        bytes BIGINT,                   -- bytes on disk (compressed size for .gz)
+        lines BIGINT,                   -- lines read so far
+        parsed_lines BIGINT,            -- lines represented by a typed row of a parsed view
+        unparsed_lines BIGINT,          -- lines kept verbatim in unparsed (lines = parsed_lines + unparsed_lines)
+        read_bytes BIGINT,              -- decompressed bytes consumed so far (resume point)
+        head_hash VARCHAR,              -- hash of the first 64 KiB: identity across renames
+        mtime DOUBLE,                   -- file modification time, seconds since the epoch
+        compressed BOOLEAN,             -- true for a .gz file (read decompressed)
+        rotation INTEGER,               -- 0 = live file, 1 = server.log.1, ...
+        node VARCHAR,                   -- file stem when an engine has one log per node
+        clock_offset_s DOUBLE,          -- seconds added to align this file to the main log's clock
+        release_hint VARCHAR,           -- SGLang release family the formats point at
+        status VARCHAR,                 -- ok, vanished
+        ingested_at TIMESTAMP,          -- when this file was last read (local time of the ingesting machine)
+        note VARCHAR                    -- what was odd about the file and how it was handled (binary, truncated, ...)
+    """,
+    "events": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- first line of the record in that file, from 1
+        line_end BIGINT,                -- last line of a multi-line record (continuations attached)
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
+        rank VARCHAR,                   -- as SGLang writes it: 'TP3', 'DP1 TP1 EP1', '' for the main process
+        kind VARCHAR,                   -- what the record is: server_args, watchdog, pyspy_header, torch_nccl, exception, vllm_stats, log, ...
+        message VARCHAR,                -- first line of the record, without its prefix
+        attrs JSON                      -- kind-specific fields (pid, timeout, seq, ...)
+    """,
+    "batches": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
+        rank VARCHAR,                   -- rank that printed the batch line (usually the first TP rank of each DP group)
+        batch_kind VARCHAR,             -- Prefill / Decode
+        forward_iter BIGINT,            -- forward pass counter, where the release prints one
+        new_seq BIGINT,                 -- Prefill: '#new-seq', prompts started in this batch
+        new_token BIGINT,               -- Prefill: '#new-token', prompt tokens computed
+        cached_token BIGINT,            -- Prefill: '#cached-token', prompt tokens served from the prefix cache
+        running_req BIGINT,             -- '#running-req': requests in the running batch
+        queue_req BIGINT,               -- '#queue-req': requests waiting to be scheduled
+        num_token BIGINT,               -- '#token' or '#full token'
+        token_usage DOUBLE,             -- 'token usage' or 'full token usage'
+        swa_token_usage DOUBLE,         -- sliding-window-attention KV pool usage (0-1), hybrid models
+        mamba_usage DOUBLE,             -- Mamba state pool usage (0-1), hybrid models
+        gen_throughput DOUBLE,          -- Decode: 'gen throughput (token/s)'
+        input_throughput DOUBLE,        -- Prefill: 'input throughput (token/s)'
+        graph BOOLEAN,                  -- cuda/cpu/npu/musa graph
+        accept_len DOUBLE,              -- speculative decoding: mean accepted draft length
+        pending_req BIGINT              -- PD queues: prealloc + transfer + inflight + bootstrap (+ older names)
+    """,
+    "http_requests": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        file VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s); an access line is written when the response starts
+        client VARCHAR,                 -- client address:port
+        method VARCHAR,                 -- HTTP method (GET, POST, ...)
+        path VARCHAR,                   -- URL path (the file is in 'file')
+        status INTEGER                  -- HTTP status code answered
+    """,
+    "stacks": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        dump_id VARCHAR,                -- one stack dump (one process at one time); joins frames
+        thread_id VARCHAR,              -- thread within the dump (joins frames with dump_id)
+        ts TIMESTAMP,                   -- when the dump was taken, on the main log's clock (a standalone file's mtime when it has no time)
+        rank VARCHAR,                   -- rank the dumped process serves, from its title or the log prefix
+        pid BIGINT,                     -- process id of the dumped process
+        thread_name VARCHAR,            -- thread name, e.g. MainThread
+        thread_state VARCHAR,           -- idle, active, gil or as the dumper printed it
+        path VARCHAR,                   -- file holding the dump, relative to the ingest root
+        line BIGINT,                    -- line where the thread's section starts in that file
+        process_title VARCHAR,          -- process title line, e.g. 'sglang::scheduler_TP3'
+        capture VARCHAR,                -- embedded (in a log) or standalone
+        format VARCHAR,                 -- pyspy_text, pyspy_json, gdb, gdb_pybt, faulthandler, trace
+        garbled BOOLEAN                 -- interleaved output: only the certain frames were kept
+    """,
+    "frames": """
+        dump_id VARCHAR,                -- the dump (joins stacks)
+        thread_id VARCHAR,              -- the thread (joins stacks)
+        depth INTEGER,                  -- 0 = innermost
+        function VARCHAR,               -- function name (qualified where the dumper printed it)
+        file VARCHAR,                   -- source file of the frame (Python file, or empty for native frames without one)
+        line BIGINT,                    -- line in that source file
+        native BOOLEAN,                 -- true for a native (C/C++/CUDA/NCCL) frame
+        library VARCHAR                 -- shared object of a native frame, when printed
+    """,
+    "leak_reports": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
+        rank VARCHAR,                   -- rank that printed the report
+        context VARCHAR,                -- idle / busy / watchdog
+        form VARCHAR,                   -- radix, pool, mamba, hybrid_swa, req_pool, busy_assert
+        leaked_full_pages BIGINT,       -- number of pages listed, NULL when printed as None / absent
+        leaked_mamba_pages BIGINT,      -- Mamba pages listed as leaked, NULL when printed as None / absent
+        total_size BIGINT,              -- pool size in tokens (max_total_num_tokens)
+        available_size BIGINT,          -- free tokens in the pool
+        evictable_size BIGINT,          -- tokens held by the radix cache that can be evicted
+        protected_size BIGINT,          -- tokens locked by running requests in the radix cache
+        shortfall BIGINT,               -- total - (available + evictable + protected [+ session_held])
+        in_flight_batch_size BIGINT,    -- cur_batch.batch_size() printed beside it, when any
+        message VARCHAR                 -- the report's first line, as printed
+    """,
+    "incidents": """
+        incident_id VARCHAR,            -- stable across scans: engine and onset
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        segment INTEGER,                -- run of the server (a server_args line starts the next)
+        kind VARCHAR,                   -- stall, leak, or the rule of a lone finding
+        onset TIMESTAMP,                -- when it began: the stall onset or the first finding
+        ended TIMESTAMP,                -- when it ended (see end_reason)
+        end_reason VARCHAR,             -- restart, watchdog kill, evidence ends
+        severity VARCHAR,               -- most severe finding in it
+        rules VARCHAR[],                -- rules that fired in it
+        signatures VARCHAR[],           -- catalogued signatures matched
+        n_findings INTEGER,             -- findings grouped into it
+        watchdog_kills INTEGER,         -- scheduler watchdog kills in it
+        health_blind_s DOUBLE,          -- seconds /health answered 200 during the stall
+        ranks VARCHAR[],                -- ranks its findings name
+        first_seen_scan INTEGER,        -- scan_id of the scan that first saw it
+        last_seen_scan INTEGER,         -- scan_id of the latest scan that saw it
+        title VARCHAR                   -- one line for a human
+    """,
+    "scans": """
+        scan_id INTEGER,                -- scan number, from 1
+        root VARCHAR,                   -- fleet folder scanned
+        started_at TIMESTAMP,           -- when the scan started
+        finished_at TIMESTAMP,          -- NULL: the scan was interrupted
+        files_read INTEGER,             -- files read (new or grown)
+        files_unchanged INTEGER,        -- files skipped because unchanged
+        files_vanished INTEGER,         -- files gone since the last scan
+        engines_changed INTEGER,        -- engines with new data (re-analyzed)
+        bytes_read BIGINT               -- bytes read by this scan
+    """,
+    "engine_state": """
+        engine VARCHAR PRIMARY KEY,     -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        data_version INTEGER,           -- bumped in the same transaction as any change to the engine's rows
+        analyzed_version INTEGER        -- data_version the findings were computed from
+    """,
+    "gpu_samples": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
+        gpu_index INTEGER,              -- GPU index on the node, as nvidia-smi numbers it
+        util_pct DOUBLE,                -- GPU utilisation, percent
+        power_w DOUBLE,                 -- power draw, watts
+        mem_mib DOUBLE                  -- memory used, MiB
+    """,
+    "unparsed": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1
+        text VARCHAR                    -- the line verbatim
+    """,
+    "findings": """
+        finding_id INTEGER,             -- row id
+        rule VARCHAR,                   -- rule id (hangforensics rules lists them)
+        severity VARCHAR,               -- critical, warning or info
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        ranks VARCHAR[],                -- ranks the finding names, [] when not rank-specific
+        ts TIMESTAMP,                   -- when (interface.md §3), on the main log's clock; NULL when unknown
+        ts_end TIMESTAMP,               -- end of the span it covers, NULL for a moment
+        title VARCHAR,                  -- one line for a human
+        detail VARCHAR,                 -- the reasoning, with the numbers
+        evidence STRUCT(file VARCHAR, line BIGINT)[], -- supporting lines, each {file, line}, file relative to the ingest root
+        signature VARCHAR               -- signature id on known-signature findings, else NULL
+    """,
+    # Derived models, rebuilt by analyze (see analysis.py).
+    "rank_stops": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
+        rank VARCHAR,                   -- the rank
+        stopped_at TIMESTAMP,           -- last progress of this rank; NULL when unknown
+        source VARCHAR,                 -- batch_lines, watchdog, torch_nccl, absent_from_nccl
+        path VARCHAR,                   -- file of the evidence for the stop
+        line BIGINT                     -- line of that evidence
+    """,
+    "stalls": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
+        onset TIMESTAMP,                -- last forward progress
+        evidence_end TIMESTAMP,         -- last evidence of the run (any line)
+        silent_s DOUBLE,                -- seconds from onset to evidence_end
+        pending VARCHAR,                -- why work was pending
+        ranks VARCHAR[],                -- every rank seen in the segment
+        path VARCHAR,                   -- the last batch line
+        line BIGINT,                    -- line of the last batch line
+        evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
+    """,
+    "rank_classes": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        capture INTEGER,                -- dumps of one engine taken within 5 minutes of each other
+        class_id INTEGER,               -- node of the prefix tree of main-thread stacks (outermost first)
+        parent_id INTEGER,              -- class_id of the parent node, NULL at the root
+        depth INTEGER,                  -- depth in the tree, 0 = outermost frame
+        frame VARCHAR,                  -- function of the frame at this node
+        ranks VARCHAR[],                -- ranks whose stack passes through this node
+        label VARCHAR,                  -- compact rank set, e.g. TP0-2,5
+        is_leaf BOOLEAN,                -- a leaf is one equivalence class: ranks sharing the whole path
+        ts TIMESTAMP                    -- time of the capture's first dump
+    """,
+    "rank_collectives": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        capture INTEGER,                -- capture: stack dumps of one engine taken within 5 minutes of each other, numbered from 0
+        rank VARCHAR,                   -- the rank
+        ts TIMESTAMP,                   -- when its dump was taken
+        collective VARCHAR,             -- innermost collective frame (all_reduce, broadcast, recv, ...), NULL if none
+        call_site VARCHAR,              -- first caller that is not a wrapper
+        thread_state VARCHAR,           -- state of its main thread
+        dump_id VARCHAR,                -- the dump (joins stacks and frames)
+        path VARCHAR,                   -- file holding the dump
+        line BIGINT                     -- line where the thread starts
+    """,
+    "desyncs": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        capture INTEGER,                -- capture: stack dumps of one engine taken within 5 minutes of each other, numbered from 0
+        ts TIMESTAMP,                   -- time of the capture
+        odd_ranks VARCHAR[],            -- the minority: ranks in a different collective or call site
+        majority_ranks VARCHAR[],       -- ranks in the common collective or call site
+        detail VARCHAR,                 -- the reasoning, with the frames
+        evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
+    """,
+    "signature_matches": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        signature VARCHAR,              -- signature id (rules/signatures)
+        title VARCHAR,                  -- the signature's title
+        ts TIMESTAMP,                   -- when the evidence was seen
+        ranks VARCHAR[],                -- ranks whose evidence matches
+        detail VARCHAR,                 -- what matched
+        evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
+    """,
+    "freezes": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
+        verdict VARCHAR,                -- together (shared deadlock), staggered or absent (a first rank)
+        ts TIMESTAMP,                   -- first rank's stop
+        ts_end TIMESTAMP,               -- last rank's stop
+        ranks VARCHAR[],                -- ranks it covers
+        source VARCHAR,                 -- batch_lines, watchdog, torch_nccl
+        detail VARCHAR,                 -- the reasoning, with the times
+        evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
+    """,
+}
+
+# Tables whose timestamps are stored as the file printed them: the interface view of
+# the same name adds the file's clock offset (sources.clock_offset_s), so evidence
+# from another node's clock lines up with the main log without rewriting rows.
+CLOCKED = {"events": "path", "batches": "path", "http_requests": "file", "stacks": "path", "leak_reports": "path",
+           "gpu_samples": "path"}
+
+# Parsed tables appended by ingest, in load order.
+LOADED_TABLES = ("events", "batches", "http_requests", "stacks", "frames", "leak_reports", "gpu_samples", "unparsed")
+
+
+def physical(name: str) -> str:
+    """Table that stores ``name``'s rows (raw clock for CLOCKED tables)."""
+    return f"t_{name}" if name in CLOCKED else name

@@ -1,0 +1,98 @@
+"""The interface views (interface.md §4) and convenience views, over the tables of ``schema``."""
+
+from __future__ import annotations
+
+from .schema import CLOCKED, TABLES, physical
+
+# Views over the tables, for questions SREs ask often.
+VIEWS = {
+    # Forward progress: SGLang batch lines, and vLLM stats lines whose generation throughput moved.
+    "progress": """
+        SELECT engine, path, line, ts, rank, batch_kind, running_req, queue_req, pending_req FROM batches
+        UNION ALL
+        SELECT engine, path, line, ts, rank, 'vllm' AS batch_kind,
+               TRY_CAST(regexp_extract(message, 'Running: (\\d+) reqs', 1) AS BIGINT) AS running_req,
+               TRY_CAST(regexp_extract(message, 'Waiting: (\\d+) reqs', 1) AS BIGINT) AS queue_req,
+               NULL::BIGINT AS pending_req
+        FROM events
+        WHERE kind = 'vllm_stats'
+          AND TRY_CAST(regexp_extract(message, 'Avg generation throughput: ([0-9.]+)', 1) AS DOUBLE) > 0
+    """,
+    # GPU index -> local rank via base_gpu_id / gpu_id_step (server_args), labelled like the log prefix.
+    "gpu_rank_samples": """
+        SELECT g.*, 'TP' || CAST((g.gpu_index - COALESCE(a.base, 0)) // COALESCE(NULLIF(a.step, 0), 1) AS VARCHAR)
+               AS rank
+        FROM gpu_samples g LEFT JOIN (
+            SELECT engine, max(TRY_CAST(json_extract_string(attrs, '$.base_gpu_id') AS INTEGER)) AS base,
+                   max(TRY_CAST(json_extract_string(attrs, '$.gpu_id_step') AS INTEGER)) AS step
+            FROM events WHERE kind = 'server_args' GROUP BY engine) a ON a.engine = g.engine
+    """,
+    # What an engine runs, as its logs show it: the configuration facts a fleet view compares.
+    "engine_facts": """
+        WITH a AS (
+            SELECT engine, arg_max(attrs, ts) AS attrs FROM events WHERE kind = 'server_args' GROUP BY engine),
+        env AS (
+            SELECT engine, string_agg(message, ' ') AS env FROM events WHERE kind = 'environment' GROUP BY engine),
+        nccl AS (
+            SELECT engine, max(regexp_extract(message, 'NCCL version:? ?([0-9][0-9.]+[0-9])', 1)) AS v
+            FROM events WHERE message LIKE '%NCCL version%' GROUP BY engine),
+        torch AS (
+            SELECT engine, max(regexp_extract(message, 'torch(?:==| version:? ?)([0-9][0-9.]+[0-9][^ ,]*)', 1)) AS v
+            FROM events WHERE message LIKE '%torch%version%' OR message LIKE '%torch==%' GROUP BY engine)
+        SELECT s.engine,
+               json_extract_string(a.attrs, '$.model_path') AS model,
+               TRY_CAST(json_extract_string(a.attrs, '$.tp_size') AS INTEGER) AS tp_size,
+               TRY_CAST(json_extract_string(a.attrs, '$.dp_size') AS INTEGER) AS dp_size,
+               TRY_CAST(json_extract_string(a.attrs, '$.enable_symm_mem') AS BOOLEAN) AS enable_symm_mem,
+               TRY_CAST(json_extract_string(a.attrs, '$.enable_dp_attention') AS BOOLEAN) AS enable_dp_attention,
+               TRY_CAST(json_extract_string(a.attrs, '$.enable_hierarchical_cache') AS BOOLEAN) AS enable_hicache,
+               json_extract_string(a.attrs, '$.disaggregation_mode') AS disaggregation_mode,
+               TRY_CAST(json_extract_string(a.attrs, '$.watchdog_timeout') AS DOUBLE) AS watchdog_timeout,
+               CASE WHEN env.env LIKE '%SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0%'
+                      OR env.env LIKE '%SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false%' THEN false END
+                 AS health_generation,
+               NULLIF(nccl.v, '') AS nccl_version, NULLIF(torch.v, '') AS torch_version,
+               max(s.release_hint) AS release_hint
+        FROM sources s LEFT JOIN a USING (engine) LEFT JOIN env USING (engine) LEFT JOIN nccl USING (engine)
+             LEFT JOIN torch USING (engine)
+        GROUP BY ALL
+    """,
+    # torch ProcessGroupNCCL progress per rank and process group, compared within the group:
+    # ranks stuck on the same SeqNum agree; a rank behind the group's furthest, or absent, is the suspect.
+    "nccl_progress": """
+        WITH r AS (
+            SELECT engine, COALESCE(json_extract_string(attrs, '$.pg_guid'), json_extract_string(attrs, '$.pg_id'), '?') AS pg,
+                   TRY_CAST(json_extract_string(attrs, '$.global_rank') AS INTEGER) AS global_rank,
+                   max(TRY_CAST(json_extract_string(attrs, '$.last_enqueued') AS BIGINT)) AS last_enqueued,
+                   max(TRY_CAST(json_extract_string(attrs, '$.last_completed') AS BIGINT)) AS last_completed,
+                   max(TRY_CAST(json_extract_string(attrs, '$.seq') AS BIGINT)) AS timeout_seq,
+                   min(ts) AS first_report, count(*) AS lines
+            FROM events WHERE kind = 'torch_nccl' AND json_extract_string(attrs, '$.pg_rank') IS NOT NULL
+              AND json_extract_string(attrs, '$.pg_id') IS NOT NULL AND json_extract_string(attrs, '$.pg_id') <> '0'
+            GROUP BY ALL)
+        SELECT *, max(last_completed) OVER (PARTITION BY engine, pg) AS group_max_completed,
+               last_completed < max(last_completed) OVER (PARTITION BY engine, pg) AS behind,
+               count(*) OVER (PARTITION BY engine, pg) AS reporting_ranks
+        FROM r
+    """,
+}
+
+# Rank labels are compared by their numbers; these macros keep SQL short.
+MACROS = [
+    "CREATE OR REPLACE MACRO rank_num(label, tag) AS "
+    "TRY_CAST(regexp_extract(label, '(?:^| )' || tag || '(\\d+)', 1) AS INTEGER)",
+]
+
+
+def ddl_statements() -> list[str]:
+    stmts = [f"CREATE TABLE IF NOT EXISTS {physical(name)} ({cols})" for name, cols in TABLES.items()]
+    for name, file_col in CLOCKED.items():
+        stmts.append(
+            f"CREATE OR REPLACE VIEW {name} AS SELECT r.* REPLACE ("
+            f"r.ts + to_microseconds(CAST(COALESCE(o.offset_s, 0) * 1e6 AS BIGINT)) AS ts) "
+            f"FROM t_{name} r LEFT JOIN (SELECT engine, path, max(clock_offset_s) AS offset_s FROM sources "
+            f"GROUP BY ALL) o ON o.engine = r.engine AND o.path = r.{file_col}"
+        )
+    for name, body in VIEWS.items():
+        stmts.append(f"CREATE OR REPLACE VIEW {name} AS {body}")
+    return stmts
