@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 import hangforensics.ingest.pipeline as ingest
+from hangforensics.ingest import load, parallel
+from hangforensics.ingest.jobs import FileJob
 from hangforensics.store import Store
 
 QUERY = ("SELECT (SELECT count(*) FROM batches), (SELECT count(DISTINCT line) FROM batches), "
@@ -19,8 +21,8 @@ def test_split_ranges_start_at_records_with_true_line_numbers(tmp_path: Path):
     log = tmp_path / "big.log"
     subprocess.run([sys.executable, str(Path(__file__).parents[1] / "bench" / "generate.py"), "big", str(log),
                     "--mb", "3"], check=True)
-    job = ingest.FileJob("e", log, "big.log", "server_log", 0, 1, 0.0)
-    parts = ingest.split_job(job, 4)
+    job = FileJob("e", log, "big.log", "server_log", 0, 1, 0.0)
+    parts = parallel.split_job(job, 4)
     data = log.read_bytes()
     assert parts[0].start_offset == 0 and parts[-1].end_offset == len(data)
     for a, b in zip(parts, parts[1:], strict=False):
@@ -38,8 +40,8 @@ def test_parallel_split_ingest_equals_serial(tmp_path: Path, monkeypatch):
         ingest.ingest_paths(st, [log.parent], jobs=1)
         serial = st.con.execute(QUERY).fetchall()
     monkeypatch.setattr(ingest, "PARALLEL_MIN_BYTES", 1024)
-    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 1024)
-    monkeypatch.setattr(ingest, "COMMIT_BYTES", 512 * 1024)                 # partial commits between ranges
+    monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1024)
+    monkeypatch.setattr(load, "COMMIT_BYTES", 512 * 1024)                 # partial commits between ranges
     with Store(tmp_path / "parallel.duckdb") as st:
         ingest.ingest_paths(st, [log.parent], jobs=2)
         assert st.con.execute(QUERY).fetchall() == serial

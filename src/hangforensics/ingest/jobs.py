@@ -1,0 +1,59 @@
+"""What moves between the ingest stages: a file's read job, its outcome, a run's result."""
+
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..readers.logfile import ReadNotes
+
+
+@dataclass
+class IngestResult:
+    root: Path
+    engines: list[str] = field(default_factory=list)
+    files_read: int = 0
+    files_skipped: int = 0
+    files_renamed: int = 0
+    files_vanished: int = 0
+    lines: int = 0
+    unparsed: int = 0
+    bytes: int = 0
+    bytes_read: int = 0
+    changed_engines: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FileJob:
+    """What to read of one file: a pure description a worker process can act on."""
+
+    engine: str
+    abs_path: Path
+    rel_path: str
+    kind: str
+    start_offset: int = 0
+    start_line: int = 1
+    mtime: float = 0.0
+    end_offset: int | None = None       # read up to here: the size planned (a file may grow meanwhile)
+    hold_partial: bool = False          # a live log's unfinished last line waits for the next ingest
+
+
+@dataclass
+class FileOutcome:
+    lines: int = 0
+    unparsed: int = 0
+    read_bytes: int = 0
+    status: str = "ok"
+    release: str | None = None
+    notes: ReadNotes = field(default_factory=ReadNotes)
+
+
+CHECKPOINT = "__checkpoint__"
+
+
+def with_result(gen: Iterator[tuple[str, Any]], result: list) -> Iterator[tuple[str, Any]]:
+    """Iterate a batch generator; its return value (the FileOutcome) is appended to ``result``."""
+    result.append((yield from gen))

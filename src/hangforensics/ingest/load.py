@@ -1,0 +1,173 @@
+"""Loading parsed batches into the store with the file's manifest row, in transactions that a killed
+ingest can resume from."""
+
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..readers.evidence import EvidenceFile
+from ..store import LOADED_TABLES, Store, physical
+from .jobs import CHECKPOINT, FileOutcome, with_result
+from .plan import Plan
+
+COMMIT_BYTES = 64 * 1024 * 1024
+
+
+def load_file(store: Store, p: Plan, batches: Iterator[tuple[str, Any]]) -> FileOutcome:
+    """Load one file's batches with its manifest row.  A small file is one transaction; a large log is
+    committed every ``COMMIT_BYTES`` at a record boundary with its manifest row marked ``partial``
+    (a killed scan resumes there: memory stays bounded and nothing is read twice).  A file that
+    fails to read is rolled back to its last commit and recorded, never sinking the whole ingest."""
+    store.con.execute("BEGIN TRANSACTION")
+    try:
+        if p.action == "read" and p.prev is not None:
+            forget_source(store, p.prev)
+        result: list[FileOutcome] = []
+        committed_at = p.job().start_offset
+        for table, rows in with_result(batches, result):
+            if table == CHECKPOINT:
+                if rows.read_bytes - committed_at >= COMMIT_BYTES:
+                    _finish_source(store, p, rows, status="partial")
+                    store.con.execute("COMMIT")
+                    store.con.execute("BEGIN TRANSACTION")
+                    committed_at = rows.read_bytes
+                continue
+            _append(store, table, rows)
+        outcome = result[0] or FileOutcome()
+        _finish_source(store, p, outcome)
+        bump_engine(store, p.file.engine)
+        store.con.execute("COMMIT")
+        return outcome
+    except BaseException as e:
+        store.rollback()
+        if not isinstance(e, InputError):
+            raise
+        with store.transaction():
+            row = store.query("SELECT * FROM sources WHERE abs_path = ?", [str(p.file.abs_path)])
+            if row and row[0]["status"] == "partial":      # keep what was committed, say why it stopped
+                store.con.execute("UPDATE sources SET status = ? WHERE source_id = ?",
+                                  [f"error: {e}", row[0]["source_id"]])
+            else:
+                if p.prev is not None and p.action == "read":
+                    forget_source(store, p.prev)
+                _record_source(store, p.file, "unreadable", p.st, p.head_hash, p.compressed, 0, 0, 0,
+                               status=f"error: {e}")
+            bump_engine(store, p.file.engine)
+        return FileOutcome(status=f"error: {e}")
+
+
+def _append(store: Store, table: str, rows: Any) -> None:
+    if hasattr(rows, "to_arrow"):             # a polars DataFrame
+        store.append(table, rows.to_arrow())
+    else:
+        store.append(table, rows)
+
+
+def _finish_source(store: Store, p: Plan, outcome: FileOutcome, status: str | None = None) -> None:
+    """Write the file's manifest row: counts so far (continuing the row it resumes), resume point, status."""
+    prev = p.prev if p.action in ("resume", "rename") else None
+    lines, unparsed = outcome.lines, outcome.unparsed
+    if prev is not None:
+        lines += prev["lines"] or 0
+        unparsed += prev["unparsed_lines"] or 0
+    sid = prev["source_id"] if prev else store.scalar("SELECT source_id FROM sources WHERE abs_path = ?",
+                                                      [str(p.file.abs_path)])
+    if sid is not None:
+        store.con.execute("DELETE FROM sources WHERE source_id = ?", [sid])
+    notes = outcome.notes.summary()
+    if prev is not None and prev.get("note"):     # a resumed read: earlier notes stand, a held tail is done
+        notes = [n for n in prev["note"].split("; ") if not n.startswith("last line unfinished")
+                 and n not in notes] + notes
+    _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, lines, unparsed,
+                   max(outcome.read_bytes, prev["read_bytes"] or 0) if prev else outcome.read_bytes,
+                   status=status or outcome.status, source_id=sid,
+                   release_hint=outcome.release or (prev or {}).get("release_hint"), note="; ".join(notes) or None)
+
+
+def record_plan_only(store: Store, p: Plan) -> None:
+    """Manifest-only outcomes: duplicates, unreadable files, vanished files (their data is kept)."""
+    with store.transaction():
+        if p.action == "vanished":
+            store.con.execute("UPDATE sources SET status = 'vanished' WHERE source_id = ?", [p.prev["source_id"]])
+        else:
+            if p.prev is not None:
+                forget_source(store, p.prev)
+            status = f"duplicate of {p.duplicate_of}" if p.action == "duplicate" else "error: cannot read"
+            _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, 0, 0, 0, status=status,
+                           note=_unreadable_reason(p.file.abs_path) if p.action == "unreadable" else None)
+        bump_engine(store, p.file.engine)
+
+
+def _unreadable_reason(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.read(1)
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    return "cannot read"
+
+
+def bump_engine(store: Store, engine: str) -> None:
+    """The engine's data changed: its findings are stale until analyze runs (same transaction as the change)."""
+    store.con.execute(
+        "INSERT INTO engine_state VALUES (?, 1, 0) ON CONFLICT (engine) DO UPDATE SET "
+        "data_version = engine_state.data_version + 1", [engine])
+
+
+def apply_renames(store: Store, renames: list[Plan]) -> None:
+    """Known content under a new name (server.log -> server.log.1 -> server.log.2.gz): keep its rows and
+    point them at the new name, so evidence file:line stays true.  Two phases (through a temporary
+    name) because a rotation renames several files at once, each onto a name another one leaves."""
+    if not renames:
+        return
+    with store.transaction():
+        for phase in (0, 1):
+            for p in renames:
+                tmp = f"\x00renamed:{p.prev['source_id']}"
+                src, dst = (p.prev["path"], tmp) if phase == 0 else (tmp, p.file.rel_path)
+                for table in LOADED_TABLES:
+                    if table == "frames":
+                        continue
+                    col = "file" if table == "http_requests" else "path"
+                    store.con.execute(f"UPDATE {physical(table)} SET {col} = ? WHERE engine = ? AND {col} = ?",
+                                      [dst, p.file.engine, src])
+        for p in renames:
+            store.con.execute(
+                "UPDATE sources SET path = ?, abs_path = ?, rotation = ?, node = ?, compressed = ? WHERE source_id = ?",
+                [p.file.rel_path, str(p.file.abs_path), p.file.rotation, p.file.node, p.compressed,
+                 p.prev["source_id"]])
+            p.prev = dict(p.prev, path=p.file.rel_path, abs_path=str(p.file.abs_path))
+            bump_engine(store, p.file.engine)
+
+
+def forget_source(store: Store, row: dict) -> None:
+    """Drop everything read from a source whose content changed under the same name (caller's transaction)."""
+    for table in sorted(LOADED_TABLES, key=lambda t: t != "frames"):  # frames before their stacks
+        col = "file" if table == "http_requests" else "path"
+        if table == "frames":
+            store.con.execute(
+                "DELETE FROM frames WHERE dump_id IN (SELECT dump_id FROM t_stacks WHERE engine = ? AND path = ?)",
+                [row["engine"], row["path"]])
+            continue
+        store.con.execute(f"DELETE FROM {physical(table)} WHERE engine = ? AND {col} = ?",
+                          [row["engine"], row["path"]])
+    store.con.execute("DELETE FROM sources WHERE source_id = ?", [row["source_id"]])
+
+
+def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, compressed: bool, lines: int,
+                   unparsed: int, read_bytes: int, status: str = "ok", release_hint: str | None = None,
+                   source_id: int | None = None, note: str | None = None) -> None:
+    if source_id is None:
+        source_id = store.scalar("SELECT COALESCE(MAX(source_id), 0) + 1 FROM sources")
+    store.append("sources", [{
+        "source_id": source_id, "path": f.rel_path, "abs_path": str(f.abs_path), "engine": f.engine,
+        "kind": kind, "bytes": st.st_size, "lines": lines, "parsed_lines": lines - unparsed,
+        "unparsed_lines": unparsed, "read_bytes": read_bytes, "head_hash": hhash, "mtime": st.st_mtime,
+        "compressed": compressed, "rotation": f.rotation, "node": f.node, "clock_offset_s": 0.0,
+        "release_hint": release_hint, "status": status, "ingested_at": datetime.now(), "note": note,
+    }])

@@ -1,0 +1,146 @@
+"""Parsing on every core: whole files and byte ranges of large logs in worker processes, spilled as Arrow
+IPC and loaded by the one DuckDB writer in file order."""
+
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..readers.logfile import RECORD_START
+from ..store import Store
+from ..terminal_progress import ProgressBar
+from .jobs import CHECKPOINT, FileJob, FileOutcome, with_result
+from .load import load_file
+from .parse import parse_file
+from .plan import Plan
+
+PARALLEL_MIN_BYTES = 64 * 1024 * 1024
+
+
+SPLIT_MIN_BYTES = 128 * 1024 * 1024
+
+
+def splittable(p: Plan) -> bool:
+    return p.kind == "server_log" and not p.compressed and p.st.st_size - p.job().start_offset >= SPLIT_MIN_BYTES
+
+
+def split_job(job: FileJob, parts: int) -> list[FileJob]:
+    """Cut a large uncompressed log into byte ranges that start at record starts, with the line number
+    each range starts at (counting newlines is a memchr pass, far cheaper than parsing)."""
+    size = job.end_offset if job.end_offset is not None else job.abs_path.stat().st_size
+    step = max((size - job.start_offset) // parts, 1)
+    bounds = [job.start_offset]
+    with job.abs_path.open("rb") as f:
+        for k in range(1, parts):
+            f.seek(job.start_offset + k * step)
+            window = f.read(4 * 1024 * 1024)
+            m = RECORD_START.search(window)
+            if m is None:
+                continue
+            cut = job.start_offset + k * step + m.start() + 1
+            if cut > bounds[-1]:
+                bounds.append(cut)
+        bounds.append(size)
+        jobs, line = [], job.start_line
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            jobs.append(FileJob(job.engine, job.abs_path, job.rel_path, job.kind, a, line, job.mtime, b,
+                                hold_partial=job.hold_partial and b == size))
+            f.seek(a)
+            remaining = b - a
+            while remaining > 0:
+                block = f.read(min(remaining, 16 * 1024 * 1024))
+                if not block:
+                    break
+                line += block.count(b"\n")
+                remaining -= len(block)
+    return jobs
+
+
+def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar):
+    """Parse files (and byte ranges of large logs) in worker processes, each spilling its row batches as
+    Arrow IPC files; load them here in file order: DuckDB has one writer, and loading overlaps parsing."""
+    tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
+    ctx = multiprocessing.get_context("spawn")     # polars' threads do not survive fork
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            submitted = []
+            for i, p in enumerate(work):
+                pieces = split_job(p.job(), jobs * 2) if splittable(p) else [p.job()]
+                submitted.append((p, [pool.submit(parse_to_ipc, j, str(tmp / f"f{i}-{k}"))
+                                      for k, j in enumerate(pieces)]))
+            # whole small files as they finish; the ranges of a split log in order
+            pending = {futs[0]: (p, futs) for p, futs in submitted if len(futs) == 1}
+            for fut in as_completed(pending):
+                p, _ = pending[fut]
+                manifest, outcome = fut.result()
+                yield p, load_file(store, p, _read_ipc(manifest, outcome))
+            for p, futs in submitted:
+                if len(futs) > 1:
+                    yield p, load_file(store, p, _read_ranges(futs))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read_ranges(futures: list) -> Iterator[tuple[str, Any]]:
+    """The batches of a split log's ranges in file order, with checkpoints and totals made cumulative."""
+    from ..parsers.sglang_log import newest_release
+
+    done = FileOutcome()
+    release = None
+    for fut in futures:
+        manifest, outcome = fut.result()
+        result: list[FileOutcome] = []
+        for table, rows in with_result(_read_ipc(manifest, outcome), result):
+            if table == CHECKPOINT:
+                rows = FileOutcome(done.lines + rows.lines, done.unparsed + rows.unparsed, rows.read_bytes)
+            yield table, rows
+        last = result[0] or outcome
+        notes = done.notes
+        notes.merge(last.notes)
+        done = FileOutcome(done.lines + last.lines, done.unparsed + last.unparsed, last.read_bytes, notes=notes)
+        release = newest_release(release, last.release)
+    done.release = release
+    return done
+
+
+def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], FileOutcome]:
+    """Worker: parse one file, spill each batch to an Arrow IPC file; errors travel back in the outcome."""
+    import polars as pl
+
+    manifest: list[tuple[str, str]] = []
+    result: list[FileOutcome] = []
+    try:
+        for table, rows in with_result(parse_file(job), result):
+            if table == CHECKPOINT:
+                manifest.append((table, json.dumps([rows.lines, rows.unparsed, rows.read_bytes])))
+                continue
+            df = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)
+            path = f"{prefix}-{len(manifest)}-{table}.arrow"
+            df.write_ipc(path, compression="lz4")
+            manifest.append((table, path))
+    except InputError as e:
+        return [], FileOutcome(status=f"error: {e}")
+    return manifest, result[0] or FileOutcome()
+
+
+def _read_ipc(manifest: list[tuple[str, str]], outcome: FileOutcome):
+    if outcome.status.startswith("error:"):
+        raise InputError(outcome.status[len("error: "):])
+    for table, path in manifest:
+        if table == CHECKPOINT:
+            yield table, FileOutcome(*json.loads(path))
+            continue
+        import polars as pl
+
+        yield table, pl.read_ipc(path)
+        os.unlink(path)
+    return outcome

@@ -1,0 +1,212 @@
+"""Planning an ingest against the ``sources`` manifest: skip, read, resume, rename, duplicate, vanished.
+
+An unchanged file costs a stat; a file that grew is resumed from where the last ingest stopped; known
+content under a new name (rotation, compression) keeps its rows.
+"""
+
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from ..readers.evidence import EvidenceFile, detect_kind
+from ..readers.logfile import HEAD_BYTES, head_hash, is_gzip
+from ..store import Store
+from .jobs import FileJob
+
+
+@dataclass
+class Plan:
+    file: EvidenceFile
+    action: str                  # skip, read, resume, rename, duplicate, unreadable
+    kind: str
+    st: os.stat_result
+    head_hash: str
+    compressed: bool
+    prev: dict | None = None     # the manifest row this file continues or replaces
+    duplicate_of: str | None = None
+    hold_live_tail: bool = True  # False: take a last line without newline as final (one-shot report)
+
+    def job(self) -> FileJob:
+        resume = self.action in ("resume", "rename") and self.prev is not None
+        live = self.kind == "server_log" and not self.compressed
+        return FileJob(self.file.engine, self.file.abs_path, self.file.rel_path, self.kind,
+                       (self.prev["read_bytes"] or 0) if resume else 0,
+                       ((self.prev["lines"] or 0) + 1) if resume else 1, self.st.st_mtime,
+                       end_offset=self.st.st_size if live else None,
+                       hold_partial=live and self.hold_live_tail and is_live(self.st))
+
+
+# A log written to in the last LIVE_SECONDS may be mid-line: its unfinished last line is left for the
+# next ingest.  An older file is final, and its last line is read even without a newline.
+LIVE_SECONDS = 300.0
+
+
+def is_live(st: os.stat_result) -> bool:
+    return time.time() - st.st_mtime < LIVE_SECONDS
+
+
+# Kinds whose identical content does not mean the same evidence (two captures that both failed alike).
+NO_IDENTITY = ("unknown", "capture_error", "binary")
+
+
+# -- planning --------------------------------------------------------------------------------------
+def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str],
+               hold_live_tail: bool = True) -> list[Plan]:
+    """Decide per file: skip (unchanged), read, resume (grew), rename (known content under a new name,
+    e.g. rotation or compression), duplicate (the same content is read elsewhere) or unreadable; and
+    which manifest rows of ``vanish_engines`` vanished."""
+    planner = _Planner(store, files, hold_live_tail)
+    pending = [probe for f in files if (probe := planner.plan_known(f)) is not None]
+    # Files whose path is new (or whose content under the same path changed): is the content known?
+    renamed = planner.claim_renames(pending)
+    planner.plan_new(pending, renamed)
+    planner.plan_vanished(vanish_engines)
+    for p in planner.plans:
+        p.hold_live_tail = hold_live_tail
+    return planner.plans
+
+
+@dataclass
+class _Probe:
+    """A file whose content must be looked at: its kind, head hash and compression."""
+
+    file: EvidenceFile
+    st: os.stat_result
+    kind: str
+    hhash: str
+    compressed: bool
+
+    def plan(self, action: str, prev: dict | None, duplicate_of: str | None = None) -> Plan:
+        return Plan(self.file, action, self.kind, self.st, self.hhash, self.compressed, prev, duplicate_of)
+
+
+class _Planner:
+    def __init__(self, store: Store, files: list[EvidenceFile], hold_live_tail: bool) -> None:
+        self.store = store
+        self.hold_live_tail = hold_live_tail
+        self.rows = {r["abs_path"]: r for r in store.query(
+            "SELECT * FROM sources WHERE status NOT LIKE 'duplicate%'")}
+        self.current = {str(f.abs_path) for f in files}
+        self.claimed: set[str] = set()          # abs_paths of manifest rows a current file continues
+        self.plans: list[Plan] = []
+
+    def plan_known(self, f: EvidenceFile) -> _Probe | None:
+        """Plan a file the manifest knows under its path; else return its probe for the later passes."""
+        try:
+            st = f.abs_path.stat()
+        except OSError as e:
+            raise InputError(f"cannot read {f.rel_path}: {e.strerror or e}") from e
+        prev = self.rows.get(str(f.abs_path))
+        if prev is not None and prev["status"] in ("ok", "vanished") and _unchanged(prev, st) \
+                and not _tail_due(prev, st, self.hold_live_tail):
+            # same size and mtime as when it was read: a stat is all an unchanged file costs
+            self.claimed.add(prev["abs_path"])
+            if prev["status"] == "vanished":       # back again: the manifest says so, nothing to read
+                self.store.con.execute("UPDATE sources SET status = 'ok' WHERE source_id = ?", [prev["source_id"]])
+            self.plans.append(Plan(f, "skip", prev["kind"], st, prev["head_hash"], bool(prev["compressed"]), prev))
+            return None
+        probe = _probe(f, st)
+        if prev is None or prev["kind"] != probe.kind or not _same_start(prev, probe):
+            return probe
+        self.claimed.add(prev["abs_path"])
+        if prev["status"] == "partial":
+            action = "resume"                                   # an interrupted read
+        elif _unchanged(prev, st) and not _tail_due(prev, st, self.hold_live_tail):
+            action = "skip"
+        elif probe.kind == "server_log" and not probe.compressed and (
+                st.st_size > (prev["bytes"] or 0) or _tail_due(prev, st, self.hold_live_tail)):
+            action = "resume"
+        else:
+            action = "read"
+        self.plans.append(probe.plan(action, prev))
+        return None
+
+    def claim_renames(self, pending: list[_Probe]) -> dict[int, dict]:
+        """Renames (rotation, compression) claim the manifest rows whose content they continue."""
+        renamed: dict[int, dict] = {}
+        for idx, pr in enumerate(pending):
+            if pr.kind in NO_IDENTITY or pr.kind == "unreadable" or not pr.hhash:
+                continue
+            twin = next((r for r in self.rows.values() if r["engine"] == pr.file.engine
+                         and r["head_hash"] == pr.hhash and r["kind"] == pr.kind and r["abs_path"] not in self.claimed
+                         and (r["abs_path"] not in self.current or _changed_on_disk(r))), None)
+            if twin is not None:
+                self.claimed.add(twin["abs_path"])
+                renamed[idx] = twin
+        return renamed
+
+    def plan_new(self, pending: list[_Probe], renamed: dict[int, dict]) -> None:
+        """Everything else is read, unless the same content is being read under another name."""
+        seen_hash: dict[tuple[str, str], str] = {}
+        for idx, pr in enumerate(pending):
+            old = self.rows.get(str(pr.file.abs_path))
+            if old is not None and (old["abs_path"] in self.claimed and renamed.get(idx) is not old):
+                old = None                 # its rows moved with a rename: nothing of this name to forget
+            if idx in renamed:
+                self.plans.append(pr.plan("rename", renamed[idx]))
+                if old is not None and old is not renamed[idx]:
+                    self.plans.append(pr.plan("forget", old))
+                continue
+            if pr.kind == "unreadable":
+                self.plans.append(pr.plan("unreadable", old))
+                continue
+            key = (pr.file.engine, pr.hhash)
+            same = next((r for r in self.rows.values() if r["engine"] == pr.file.engine
+                         and r["head_hash"] == pr.hhash and r["kind"] == pr.kind and r["abs_path"] in self.current
+                         and r["abs_path"] not in self.claimed and r["abs_path"] != str(pr.file.abs_path)), None)
+            if pr.hhash and pr.kind not in NO_IDENTITY and (same is not None or key in seen_hash):
+                other = same["path"] if same is not None else seen_hash[key]
+                self.plans.append(pr.plan("duplicate", old, duplicate_of=other))
+                continue
+            seen_hash[key] = pr.file.rel_path
+            self.plans.append(pr.plan("read", old))
+
+    def plan_vanished(self, vanish_engines: list[str]) -> None:
+        for r in self.rows.values():
+            if r["engine"] in vanish_engines and r["abs_path"] not in self.current \
+                    and r["abs_path"] not in self.claimed and r["status"] != "vanished":
+                ef = EvidenceFile(r["engine"], Path(r["abs_path"]), r["path"], r["rotation"] or 0, r["node"] or "")
+                self.plans.append(Plan(ef, "vanished", r["kind"], os.stat_result((0,) * 10), r["head_hash"],
+                                       bool(r["compressed"]), r))
+
+
+def _probe(f: EvidenceFile, st: os.stat_result) -> _Probe:
+    kind = detect_kind(f.abs_path)
+    try:
+        hhash = head_hash(f.abs_path) if kind != "unreadable" else ""
+        compressed = kind != "unreadable" and is_gzip(f.abs_path)
+    except (InputError, OSError, EOFError):
+        kind, hhash, compressed = "unreadable", "", False
+    return _Probe(f, st, kind, hhash, compressed)
+
+
+def _unchanged(prev: dict, st: os.stat_result) -> bool:
+    return prev["bytes"] == st.st_size and abs((prev["mtime"] or 0) - st.st_mtime) < 1e-6
+
+
+def _same_start(prev: dict, pr: _Probe) -> bool:
+    """The file starts as the manifest row's content did (so it is that content, perhaps grown)."""
+    if prev["head_hash"] == pr.hhash:
+        return True
+    # a small file that grew: what was read is a prefix of it (the stored hash covers only that)
+    return bool(pr.hhash) and 0 < (prev["read_bytes"] or 0) < HEAD_BYTES \
+        and head_hash(pr.file.abs_path, prev["read_bytes"]) == prev["head_hash"]
+
+
+def _tail_due(prev: dict, st: os.stat_result, hold_live_tail: bool) -> bool:
+    """An unfinished last line was left for later, and the file is now final (or the caller wants all)."""
+    return (prev["kind"] == "server_log" and not prev["compressed"] and (prev["read_bytes"] or 0) < st.st_size
+            and (not hold_live_tail or not is_live(st)))
+
+
+def _changed_on_disk(row: dict) -> bool:
+    """A manifest row whose file now holds other content (the live log after a rotation)."""
+    try:
+        return head_hash(Path(row["abs_path"])) != row["head_hash"]
+    except (InputError, OSError, EOFError):
+        return True
