@@ -1,0 +1,188 @@
+"""The rare multi-line records of a server log, walked in Python: torch watchdog messages with their C++
+stack, faulthandler and py-spy dumps embedded in the log, watchdog debug info with its leak text,
+server settings.  Each kind has one handler; the bulk of a log (batch and access lines) never gets here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from . import faulthandler, leaks, native_trace, pyspy, stackrows, torch_nccl
+from .sglang_patterns import SERVER_ARG_KEYS
+
+
+@dataclass
+class Record:
+    """One detailed record: its first line and the continuation lines that belong to it."""
+
+    kind: str
+    line: int                      # file line of the first line
+    body: str                      # the first line without any compose prefix
+    msg: str                       # the message after the SGLang prefix (else the body)
+    cont: list[str]                # continuation lines
+    rank: str
+    ts: datetime | None
+    ctx_ts: datetime               # the nearest dated line (year context for glog)
+    next_ts: datetime | None       # the next dated line
+
+
+@dataclass
+class RecordRows:
+    """What the detailed records of one chunk add: event fixes by line, and rows of other tables."""
+
+    engine: str
+    path: str
+    attrs: dict[int, str] = field(default_factory=dict)
+    ts: dict[int, datetime] = field(default_factory=dict)
+    rank: dict[int, str] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    leaks: list[dict[str, Any]] = field(default_factory=list)
+    stacks: list[dict[str, Any]] = field(default_factory=list)
+    frames: list[dict[str, Any]] = field(default_factory=list)
+    unparsed: list[dict[str, Any]] = field(default_factory=list)
+
+    def dump(self, dump: pyspy.Dump, rec: Record, ts: datetime | None, rank: str, first_line: int,
+             texts: list[str]) -> None:
+        """Rows of a dump embedded at ``rec``; its lines outside the grammar go to unparsed."""
+        stackrows.dump_rows(dump, f"{self.engine}:{self.path}:{rec.line}", self.engine, self.path, ts, rank,
+                            "embedded", self.stacks, self.frames)
+        for off in dump.unmatched:
+            self.unparsed.append({"engine": self.engine, "path": self.path, "line": first_line + off,
+                                  "text": texts[off]})
+
+
+def _torch_nccl(rec: Record, out: RecordRows) -> dict[str, Any]:
+    g = torch_nccl.parse_glog(rec.body, rec.ctx_ts)
+    ts = rec.ts
+    if g:
+        ts = torch_nccl.align_to_log(g, rec.ctx_ts, rec.next_ts)
+        out.ts[rec.line] = ts
+        if g.get("global_rank") is not None and not rec.rank:
+            out.rank[rec.line] = f"rank{g['global_rank']}"
+    # torch's C++ stack of the failing watchdog ('Exception raised from ...', 'frame #N: ...')
+    if any(x.startswith("frame #") for x in rec.cont):
+        dump = native_trace.parse_trace(rec.cont, rec.line + 1)
+        for th in dump.threads:
+            th.name = "c10d watchdog"
+        grank = g.get("global_rank") if g else None
+        stackrows.dump_rows(dump, f"{out.engine}:{out.path}:{rec.line}", out.engine, out.path, ts,
+                            rec.rank or (f"TP{grank}" if grank is not None else ""), "embedded",
+                            out.stacks, out.frames)
+    return g or {}
+
+
+def _faulthandler(rec: Record, out: RecordRows) -> dict[str, Any]:
+    texts = [rec.body, *rec.cont]
+    dump = faulthandler.parse_faulthandler(texts, rec.line)
+    out.dump(dump, rec, rec.ts or rec.ctx_ts, rec.rank, rec.line, texts)
+    return {"threads": len(dump.threads), "garbled": any(t.garbled for t in dump.threads)}
+
+
+def _pyspy_dump(rec: Record, out: RecordRows) -> dict[str, Any]:
+    m = re.search(r"PID (\d+)", rec.msg)
+    dump = pyspy.parse_dump(rec.cont, rec.line + 1)
+    out.dump(dump, rec, rec.ts, rec.rank, rec.line + 1, rec.cont)
+    frames = [fr for p in dump.processes for th in p.threads for fr in th.frames]
+    return {"pid": int(m.group(1)) if m else None,
+            "threads": sum(len(p.threads) for p in dump.processes),
+            # 0.5.10 runs --native without saying so in the header: the frames tell
+            "native": "--native" in rec.msg or any(fr.native for fr in frames)}
+
+
+def _health_check_failed(rec: Record, out: RecordRows) -> dict[str, Any]:
+    m = re.search(r"last_heartbeat time: (\d\d:\d\d:\d\d)", rec.msg)
+    t = re.search(r"tic start time: (\d\d:\d\d:\d\d)", rec.msg)
+    return {"last_heartbeat": m.group(1) if m else None, "tic_start": t.group(1) if t else None}
+
+
+def _watchdog_timeout(rec: Record, out: RecordRows) -> dict[str, Any]:
+    m = re.search(r"watchdog_timeout=([\d.]+)(?:, self\.soft=(True|False))?", rec.msg)
+    who = re.match(r"^(\w+) watchdog timeout", rec.msg)
+    return {"timeout": float(m.group(1)) if m else None,
+            "soft": (m.group(2) == "True") if m and m.group(2) else False,
+            "who": who.group(1) if who else "Scheduler"}
+
+
+def _subprocess_crashed(rec: Record, out: RecordRows) -> dict[str, Any]:
+    m = re.search(r"exit code (-?\d+)", rec.msg)
+    return {"exit_code": int(m.group(1)) if m else None}
+
+
+def _leak_text(rec: Record, out: RecordRows) -> dict[str, Any]:
+    """Watchdog debug info, batch info, scheduler exceptions and leak warnings: the memory-check text
+    they carry (with its context: idle, busy, watchdog) and what else the dump says."""
+    attrs: dict[str, Any] = {}
+    rep = leaks.leak_from_record(rec.kind, [rec.msg, *rec.cont])
+    if rep is not None:
+        rep.update(engine=out.engine, path=out.path, line=rec.line, ts=rec.ts, rank=rec.rank)
+        out.leaks.append(rep)
+        attrs["leak_context"] = rep["context"]
+    if rec.kind == "watchdog_debug_info":
+        for off, s in enumerate(rec.cont):
+            m = re.match(r"^symmetric-memory registration in progress: comm=(\d+) group=(\S+)", s)
+            if m:
+                out.events.append({
+                    "engine": out.engine, "path": out.path, "line": rec.line + 1 + off,
+                    "line_end": rec.line + 1 + off, "ts": rec.ts, "rank": rec.rank,
+                    "kind": "symm_mem_registration", "message": s[:2000],
+                    "attrs": json.dumps({"comm": m.group(1), "group": m.group(2)}),
+                })
+            m = re.match(r"^(?:scheduler|self)\.cur_batch(?:_for_debug)?\.batch_size\(\)=(\d+)", s)
+            if m:
+                attrs["batch_size"] = int(m.group(1))
+    if rec.kind == "scheduler_exception":
+        exc = [s for s in rec.cont if re.match(r"^[\w.]+(?:Error|Exception|Interrupt)\b", s)]
+        attrs["exception"] = exc[-1][:500] if exc else None
+    return attrs
+
+
+HANDLERS: dict[str, Callable[[Record, RecordRows], dict[str, Any]]] = {
+    "torch_nccl": _torch_nccl,
+    "faulthandler": _faulthandler,
+    "pyspy_dump": _pyspy_dump,
+    "server_args": lambda rec, out: parse_server_args(rec.msg),
+    "environment": lambda rec, out: dict(re.findall(r"(\w+)=(\S*)", rec.msg)),
+    "health_check_failed": _health_check_failed,
+    "watchdog_timeout": _watchdog_timeout,
+    "subprocess_crashed": _subprocess_crashed,
+    "watchdog_debug_info": _leak_text,
+    "watchdog_batch_info": _leak_text,
+    "scheduler_exception": _leak_text,
+    "mem_leak_warning": _leak_text,
+    "mem_leak_busy": _leak_text,
+}
+
+
+def handle(rec: Record, out: RecordRows) -> None:
+    """Run the handler of ``rec.kind``; its attributes become the event's ``attrs``."""
+    handler = HANDLERS.get(rec.kind)
+    attrs = handler(rec, out) if handler else {}
+    if attrs:
+        out.attrs[rec.line] = json.dumps(attrs, default=str)
+
+
+def parse_server_args(msg: str) -> dict[str, Any]:
+    """Pick the forensically relevant settings out of a ``server_args=ServerArgs(...)`` line."""
+    out: dict[str, Any] = {}
+    for key in SERVER_ARG_KEYS:
+        m = re.search(rf"[(,\s]{key}=('(?:[^'\\]|\\.)*'|[^,)]+)", msg)
+        if not m:
+            continue
+        v = m.group(1).strip()
+        if v.startswith("'"):
+            out[key] = v[1:-1]
+        elif v in ("True", "False"):
+            out[key] = v == "True"
+        elif v == "None":
+            out[key] = None
+        else:
+            try:
+                out[key] = float(v) if "." in v else int(v)
+            except ValueError:
+                out[key] = v
+    return out
