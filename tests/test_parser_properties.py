@@ -33,7 +33,7 @@ from hangforensics.parsers import (
     stackrows,
     torch_nccl,
 )
-from hangforensics.readers import evidence
+from hangforensics.readers import kinds
 
 # derandomize: CI and a laptop run the same examples; sizes keep the whole file well under a minute on 2 cores
 FAST = settings(deadline=None, max_examples=300, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -377,7 +377,7 @@ def test_glog_lines_never_raise(line: str, context: datetime, after: datetime | 
         assert isinstance(ts, datetime)
 
 
-KINDS = set(evidence.KINDS)
+KINDS = set(kinds.KINDS)
 
 
 @FAST
@@ -387,7 +387,7 @@ KINDS = set(evidence.KINDS)
 def test_detect_kind_on_any_bytes(tmp_path_factory: pytest.TempPathFactory, data: bytes) -> None:
     path = tmp_path_factory.mktemp("kind") / "evidence.txt"
     path.write_bytes(data)
-    assert evidence.detect_kind(path) in KINDS
+    assert kinds.detect_kind(path) in KINDS
 
 
 def test_fragment_pools_are_printable() -> None:

@@ -16,7 +16,7 @@ from conftest import DATA, SHARED
 
 from hangforensics.ingest.pipeline import ingest_paths
 from hangforensics.parsers import faulthandler, gdb, native_trace, pyspy
-from hangforensics.readers.evidence import detect_kind
+from hangforensics.readers.kinds import detect_kind
 from hangforensics.store import Store
 
 FORMATS = SHARED / "formats"

@@ -13,7 +13,7 @@ from .analysis import findings as findings_mod
 from .analysis.rules import Rule, load_rules
 from .errors import InputError, translate_disk_errors
 from .ingest.pipeline import IngestResult, ingest_paths
-from .readers.evidence import Workspace
+from .readers.layout import Workspace
 from .store import Store
 from .terminal_progress import ProgressBar
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import DatabaseBusyError, InputError, translate_disk_errors
 from ..ingest.pipeline import IngestResult, ingest_files
-from ..readers.evidence import Workspace
+from ..readers.layout import Workspace
 from ..store import Store
 from ..terminal_progress import ProgressBar
 

@@ -1,6 +1,5 @@
 """What moves between the ingest stages: a file's read job, its outcome, a run's result."""
 
-
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -1,7 +1,6 @@
 """Loading parsed batches into the store with the file's manifest row, in transactions that a killed
 ingest can resume from."""
 
-
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..readers.evidence import EvidenceFile
+from ..readers.layout import EvidenceFile
 from ..store import LOADED_TABLES, Store, physical
 from .jobs import CHECKPOINT, FileOutcome, with_result
 from .plan import Plan

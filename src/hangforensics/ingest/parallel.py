@@ -1,7 +1,6 @@
 """Parsing on every core: whole files and byte ranges of large logs in worker processes, spilled as Arrow
 IPC and loaded by the one DuckDB writer in file order."""
 
-
 from __future__ import annotations
 
 import json

@@ -1,6 +1,5 @@
 """Parsing one file (pure: a read job in, row batches out), dispatched by the file's kind."""
 
-
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -11,7 +10,8 @@ from typing import Any
 from ..parsers import faulthandler, gdb, gpu, native_trace, pyspy
 from ..parsers.capture_errors import capture_error_reason
 from ..parsers.stackrows import dump_rows, rank_from_place
-from ..readers.evidence import STACK_KINDS, EvidenceFile
+from ..readers.kinds import STACK_KINDS
+from ..readers.layout import EvidenceFile
 from ..readers.logfile import detect_compose, head_text, iter_chunks
 from ..store import LOADED_TABLES
 from .jobs import CHECKPOINT, FileJob, FileOutcome

@@ -4,13 +4,12 @@ The stages: ``plan`` (against the sources manifest), ``parse`` (per kind, in ``p
 inputs), ``load`` (into the store); then per-engine clock alignment (``clock``) and pid -> rank mapping.
 """
 
-
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..parsers.stackrows import ranks_from_pids
-from ..readers.evidence import EvidenceFile, Workspace
+from ..readers.layout import EvidenceFile, Workspace
 from ..store import Store
 from ..terminal_progress import ProgressBar
 from .clock import align_engine_clocks

@@ -4,7 +4,6 @@ An unchanged file costs a stat; a file that grew is resumed from where the last 
 content under a new name (rotation, compression) keeps its rows.
 """
 
-
 from __future__ import annotations
 
 import os
@@ -13,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..readers.evidence import EvidenceFile, detect_kind
+from ..readers.kinds import detect_kind
+from ..readers.layout import EvidenceFile
 from ..readers.logfile import HEAD_BYTES, head_hash, is_gzip
 from ..store import Store
 from .jobs import FileJob

@@ -1,0 +1,93 @@
+"""A file's kind, from its content alone (its name carries no meaning): server log, stack dumps of each
+format, failed captures, GPU samples, empty, binary or unknown."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import InputError
+from ..parsers import faulthandler, gdb, native_trace, pyspy
+from ..parsers.capture_errors import looks_like_capture_error
+from ..parsers.gpu import looks_like_nvidia_smi
+from .logfile import head_text
+
+LOG_SNIFF = re.compile(
+    r"^(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:"
+    r"(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"     # SGLang prefix
+    r"|(?:\[rank\d+\]:)?\[[IWEF]\d{3,4} \d\d:\d\d:\d\d\.\d+"                       # torch glog
+    r"|(?:\(\w+ pid=\d+\) )?(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d"  # vLLM
+    r"|Environment: \S+="
+    r")",
+    re.M,
+)
+
+
+STACK_KINDS = ("pyspy_dump", "pyspy_json", "gdb_dump", "faulthandler_dump", "native_trace")
+
+
+# Every kind detect_kind can return (sources.kind).
+KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "empty", "binary", "unreadable", "unknown")
+
+
+def detect_kind(path: Path) -> str:
+    """The kind of an evidence file, from its content alone (its name carries no meaning).
+
+    server_log; stack dumps: pyspy_dump (py-spy text), pyspy_json, gdb_dump (gdb ``thread apply
+    all bt`` / ``py-bt``), faulthandler_dump, native_trace (numbered C++/gdb frames);
+    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); empty, binary,
+    unreadable or unknown.
+    """
+    try:
+        head = head_text(path)
+    except InputError:
+        return "unreadable"
+    if not head:
+        return "empty"
+    if looks_binary(head):
+        return "binary"
+    head = head.replace("\x00", "")         # NUL runs in a text file (crash, copytruncate) are skipped
+    lines = [s.rstrip("\r") for s in head.splitlines()]
+    first = [s for s in lines if s.strip()][:5]
+    if first and (pyspy.PROCESS_RE.match(first[0]) or pyspy.THREAD_RE.match(first[0])):
+        return "pyspy_dump"
+    if looks_like_nvidia_smi(lines):
+        return "gpu_samples"
+    if pyspy.looks_like_json(head):
+        return "pyspy_json"
+    if looks_like_capture_error(lines[:200]):
+        return "capture_error"
+    if gdb.looks_like_gdb(lines, strong_only=True):
+        return "gdb_dump"
+    # A dump's own first line wins over a stray log line or two later in the file (a log that
+    # happens to start with a crash is still a log).
+    few_log_lines = len(LOG_SNIFF.findall(head, 0, len(head))) < 3
+    if few_log_lines and faulthandler.looks_like_faulthandler(lines, strong_only=True):
+        return "faulthandler_dump"
+    if few_log_lines and native_trace.looks_like_trace(lines, strong_only=True):
+        return "native_trace"
+    if LOG_SNIFF.search(head):
+        return "server_log"
+    if pyspy.looks_like_pyspy(lines):
+        return "pyspy_dump"
+    if gdb.looks_like_gdb(lines):
+        return "gdb_dump"
+    if faulthandler.looks_like_faulthandler(lines):
+        return "faulthandler_dump"
+    if native_trace.looks_like_trace(lines):
+        return "native_trace"
+    return "unknown"
+
+
+# Undecodable bytes and control characters a text file does not hold (tab, newlines, form feed and the
+# escape of ANSI colours are fine).
+_NOT_TEXT = re.compile("[\x01-\x08\x0b\x0e-\x1a\x1c-\x1f\ufffd]")
+
+
+def looks_binary(head: str) -> bool:
+    """Binary content (a core file, a profile, random bytes) rather than text with a few bad bytes:
+    more than 10 % of the first 8 KiB of non-NUL characters are undecodable or control characters."""
+    sample = head.replace("\x00", "")[:8192]
+    if not sample:
+        return True                          # nothing but NUL bytes
+    return len(_NOT_TEXT.findall(sample)) > 0.1 * len(sample)
