@@ -250,17 +250,20 @@ RECORD_START = re.compile(rb"\n(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:\(\w+ pid=\d+[^
 
 def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                 chunk_bytes: int = CHUNK_BYTES, records: bool = False, end_offset: int | None = None,
-                notes: ReadNotes | None = None, hold_partial: bool = False) -> Iterator[Chunk]:
+                notes: ReadNotes | None = None, hold_partial: bool = False,
+                record_start: re.Pattern[bytes] | None = None) -> Iterator[Chunk]:
     """Yield complete lines in bounded chunks, from ``start_offset`` (a line boundary) to ``end_offset``
     (default: the end of the file).
 
     With ``records`` a chunk ends before the last record start it holds (when one lies in its second
-    half), so multi-line records stay whole and ``end_offset`` is a safe place to resume.  Damage is
-    tolerated and counted in ``notes``: NUL bytes are removed (a leading run is skipped), invalid UTF-8
-    becomes U+FFFD, a line longer than MAX_LINE_BYTES keeps its start, a damaged gzip yields what it
-    holds.  ``hold_partial``: a last line without its newline (a live file mid-write) is not yielded.
+    half; ``record_start`` overrides the pattern, e.g. for a log behind a collector envelope), so
+    multi-line records stay whole and ``end_offset`` is a safe place to resume.  Damage is tolerated
+    and counted in ``notes``: NUL bytes are removed (a leading run is skipped), invalid UTF-8 becomes
+    U+FFFD, a line longer than MAX_LINE_BYTES keeps its start, a damaged gzip yields what it holds.
+    ``hold_partial``: a last line without its newline (a live file mid-write) is not yielded.
     """
     notes = notes if notes is not None else ReadNotes()
+    starts = (record_start or RECORD_START) if records else None
     f = open_binary(path)
     with f:
         try:
@@ -286,7 +289,7 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                     block, cut_line = block[nl:], False
                 data = carry + block
                 if not eof:
-                    cut = data.rfind(b"\n")
+                    cut = _cut(data, starts)
                     if cut < 0:
                         if len(data) > MAX_LINE_BYTES:   # keep the start of a monstrous line, skip the rest
                             notes.cut_bytes += len(data) - MAX_LINE_BYTES
@@ -295,12 +298,6 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                         else:
                             carry = data
                         continue
-                    if records:
-                        last = None
-                        for m in RECORD_START.finditer(data, len(data) // 2):
-                            last = m
-                        if last is not None:
-                            cut = last.start()
                     body, carry = data[: cut + 1], data[cut + 1:]
                 else:
                     body, carry = data, b""
@@ -309,28 +306,8 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                         notes.held_back = len(body) - keep
                         body = body[:keep]
                 if body:
-                    consumed = len(body)
-                    if b"\x00" in body:
-                        n = body.count(b"\x00")
-                        notes.nul_bytes += n
-                        body = body.replace(b"\x00", b"")
-                    try:
-                        text = body.decode("utf-8")
-                    except UnicodeDecodeError:
-                        text = body.decode("utf-8", errors="replace")
-                        notes.invalid_utf8_lines += sum(1 for s in text.split("\n") if "\ufffd" in s)
-                    lines = text.split("\n")
-                    if lines and lines[-1] == "":
-                        lines.pop()
-                    if "\r" in text:
-                        lines = [s[:-1] if s.endswith("\r") else s for s in lines]
-                    if consumed > LONG_LINE_BYTES and max(map(len, lines), default=0) > LONG_LINE_BYTES:
-                        for i, s in enumerate(lines):
-                            if len(s) > LONG_LINE_BYTES:
-                                notes.long_lines += 1
-                                if len(s) > notes.longest[0]:
-                                    notes.longest = (len(s), line_no + i)
-                    offset += consumed
+                    offset += len(body)
+                    lines = _decode_lines(body, line_no, notes)
                     yield Chunk(line_no, lines, offset, eof)
                     line_no += len(lines)
                 if eof:
@@ -339,3 +316,41 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                     return
         except OSError as e:
             raise InputError(f"cannot read {path}: {e}") from e
+
+
+def _cut(data: bytes, starts: re.Pattern[bytes] | None) -> int:
+    """Where a chunk of ``data`` ends: its last newline, or with ``starts`` the newline before the last
+    record start in its second half; -1 when it holds no newline yet."""
+    cut = data.rfind(b"\n")
+    if cut >= 0 and starts is not None:
+        last = None
+        for m in starts.finditer(data, len(data) // 2):
+            last = m
+        if last is not None:
+            cut = last.start()
+    return cut
+
+
+def _decode_lines(body: bytes, line_no: int, notes: ReadNotes) -> list[str]:
+    """Complete lines of ``body`` as text: NUL bytes removed, invalid UTF-8 replaced, CR stripped,
+    over-long lines counted (``line_no`` is the file line of the first)."""
+    if b"\x00" in body:
+        notes.nul_bytes += body.count(b"\x00")
+        body = body.replace(b"\x00", b"")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = body.decode("utf-8", errors="replace")
+        notes.invalid_utf8_lines += sum(1 for s in text.split("\n") if "\ufffd" in s)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if "\r" in text:
+        lines = [s[:-1] if s.endswith("\r") else s for s in lines]
+    if len(body) > LONG_LINE_BYTES and max(map(len, lines), default=0) > LONG_LINE_BYTES:
+        for i, s in enumerate(lines):
+            if len(s) > LONG_LINE_BYTES:
+                notes.long_lines += 1
+                if len(s) > notes.longest[0]:
+                    notes.longest = (len(s), line_no + i)
+    return lines
