@@ -85,107 +85,109 @@ def _norm_tid(tid: str) -> str:
 
 def parse_faulthandler(lines: list[str], first_line: int = 1) -> Dump:
     """Parse faulthandler output; ``first_line`` is the file line number of ``lines[0]``."""
-    processes: list[Process] = []
-    consumed: set[int] = set()
-    unmatched: list[int] = []
-    proc: Process | None = None
-    thread: Thread | None = None       # the thread that certain frames are attributed to
-    in_dump = False                    # between a dump's first header and its end
-    garbled = False
-    c_stack_of: Thread | None = None   # 3.14: the C stack block of the current thread
-
-    def start_process(lno: int, title: str = "") -> Process:
-        nonlocal proc
-        proc = Process(pid=None, title=title, line=lno)
-        processes.append(proc)
-        return proc
-
-    def open_thread(tid: str, current: bool, name: str | None, lno: int) -> Thread:
-        nonlocal proc
-        if proc is None or any(t.thread_id == tid for t in proc.threads):
-            start_process(lno)                      # a repeated thread id: the next dump of the same process
-        assert proc is not None
-        t = Thread(tid, "current" if current else None, name, lno, format="faulthandler")
-        proc.threads.append(t)
-        return t
-
+    reader = _Reader(first_line)
     for i, raw in enumerate(lines):
-        text = raw.rstrip("\r\n")
-        lno = first_line + i
+        reader.feed(i, raw.rstrip("\r\n"))
+    if reader.garbled:
+        for p in reader.processes:
+            for t in p.threads:
+                t.garbled = True
+    return Dump(reader.processes, reader.consumed, reader.unmatched, format="faulthandler")
+
+
+class _Reader:
+    """Line-by-line state of a faulthandler parse: which thread a frame certainly belongs to."""
+
+    def __init__(self, first_line: int) -> None:
+        self.first_line = first_line
+        self.processes: list[Process] = []
+        self.consumed: set[int] = set()
+        self.unmatched: list[int] = []
+        self.proc: Process | None = None
+        self.thread: Thread | None = None       # the thread that certain frames are attributed to
+        self.in_dump = False                    # between a dump's first header and its end
+        self.garbled = False
+        self.c_stack_of: Thread | None = None   # 3.14: the C stack block of the current thread
+
+    def start_process(self, lno: int, title: str = "") -> None:
+        self.proc = Process(pid=None, title=title, line=lno)
+        self.processes.append(self.proc)
+
+    def open_thread(self, tid: str, current: bool, name: str | None, lno: int) -> None:
+        if self.proc is None or any(t.thread_id == tid for t in self.proc.threads):
+            self.start_process(lno)              # a repeated thread id: the next dump of the same process
+        assert self.proc is not None
+        self.thread = Thread(tid, "current" if current else None, name, lno, format="faulthandler")
+        self.proc.threads.append(self.thread)
+        self.in_dump = True
+
+    def feed(self, i: int, text: str) -> None:
+        lno = self.first_line + i
         if not text.strip():
-            consumed.add(i)
-            c_stack_of = None
-            continue
-        m = FRAME_RE.match(text)
-        if m:
-            if thread is None:
-                unmatched.append(i)                # a frame whose thread is not certain
-                garbled = garbled or in_dump
-                continue
-            ln = m.group("line")
-            thread.frames.append(Frame(m.group("name"), m.group("file"), int(ln) if ln.isdigit() else None, False))
-            consumed.add(i)
-            continue
-        m = BINARY_RE.match(text)
-        if m and c_stack_of is not None:
+            self.consumed.add(i)
+            self.c_stack_of = None
+        elif (m := FRAME_RE.match(text)):
+            self.frame(i, m)
+        elif (m := BINARY_RE.match(text)) and self.c_stack_of is not None:
             lib = m.group("lib")
-            c_stack_of.frames.append(Frame(m.group("sym") or m.group("addr"), lib, None, True, lib.rsplit("/", 1)[-1]))
-            consumed.add(i)
-            continue
-        m = HEADER_RE.match(text)
-        if m:
-            thread = open_thread(_norm_tid(m.group("tid")), m.group("cur") == "Current thread", m.group("name"), lno)
-            in_dump = True
-            consumed.add(i)
-            continue
-        if STACK_RE.match(text):
-            thread = open_thread("current", True, None, lno)
-            in_dump = True
-            consumed.add(i)
-            continue
-        m = FATAL_RE.match(text) or TIMEOUT_RE.match(text)
-        if m:
-            start_process(lno, text)
-            thread = None
-            in_dump = True
-            consumed.add(i)
-            continue
-        if C_STACK_RE.match(text):
-            cur = next((t for t in reversed(proc.threads) if t.state == "current"), None) if proc else None
-            if cur is not None:
-                # its own stack row: a C stack cannot be interleaved with the Python frames' order
-                c_stack_of = Thread(f"{cur.thread_id}:c", "current", "C stack", lno, format="faulthandler")
-                proc.threads.append(c_stack_of)
-            thread = None
-            consumed.add(i)
-            continue
-        if any(r.match(text) for r in NOTE_RES):
-            consumed.add(i)
+            self.c_stack_of.frames.append(Frame(m.group("sym") or m.group("addr"), lib, None, True,
+                                                lib.rsplit("/", 1)[-1]))
+            self.consumed.add(i)
+        elif (m := HEADER_RE.match(text)):
+            self.open_thread(_norm_tid(m.group("tid")), m.group("cur") == "Current thread", m.group("name"), lno)
+            self.consumed.add(i)
+        elif STACK_RE.match(text):
+            self.open_thread("current", True, None, lno)
+            self.consumed.add(i)
+        elif FATAL_RE.match(text) or TIMEOUT_RE.match(text):
+            self.start_process(lno, text)
+            self.thread = None
+            self.in_dump = True
+            self.consumed.add(i)
+        elif C_STACK_RE.match(text):
+            self.c_stack(lno)
+            self.consumed.add(i)
+        elif any(r.match(text) for r in NOTE_RES):
+            self.consumed.add(i)
             if text.startswith("Extension modules:"):
-                in_dump = False                     # the last line of a fatal-error dump
-                thread = None
-            continue
-        unmatched.append(i)
+                self.in_dump = False                # the last line of a fatal-error dump
+                self.thread = None
+        else:
+            self.unmatched.append(i)
+            self.broken(lno, text)
+
+    def frame(self, i: int, m: re.Match[str]) -> None:
+        if self.thread is None:
+            self.unmatched.append(i)                # a frame whose thread is not certain
+            self.garbled = self.garbled or self.in_dump
+            return
+        ln = m.group("line")
+        self.thread.frames.append(Frame(m.group("name"), m.group("file"), int(ln) if ln.isdigit() else None, False))
+        self.consumed.add(i)
+
+    def c_stack(self, lno: int) -> None:
+        cur = next((t for t in reversed(self.proc.threads) if t.state == "current"), None) if self.proc else None
+        if cur is not None and self.proc is not None:
+            # its own stack row: a C stack cannot be interleaved with the Python frames' order
+            self.c_stack_of = Thread(f"{cur.thread_id}:c", "current", "C stack", lno, format="faulthandler")
+            self.proc.threads.append(self.c_stack_of)
+        self.thread = None
+
+    def broken(self, lno: int, text: str) -> None:
+        """A line outside the grammar: a foreign line, or fragments of dumps written at the same time."""
         if not ('File "' in text or "(most recent call first)" in text or FATAL_ANY_RE.search(text)):
             # A foreign line (another writer's fragment, or program output): the frames after it are
             # no longer certainly this thread's.  The dump counts as garbled once such a frame shows up.
-            if in_dump:
-                thread = None
-            continue
-        # A broken dump line: fragments of dumps written at the same time.
-        garbled = True
-        thread = None
+            if self.in_dump:
+                self.thread = None
+            return
+        self.garbled = True
+        self.thread = None
         m = FATAL_ANY_RE.search(text)
         if m:
-            start_process(lno, text[m.start():])       # another process's dump starts mid-line
-            in_dump = True
+            self.start_process(lno, text[m.start():])       # another process's dump starts mid-line
+            self.in_dump = True
         m = HEADER_TAIL_RE.search(text)
         if m:
             # the header itself is intact (it ends the line), so its thread is certain
-            thread = open_thread(_norm_tid(m.group("tid")), m.group("cur") == "Current thread", m.group("name"), lno)
-            in_dump = True
-    if garbled:
-        for p in processes:
-            for t in p.threads:
-                t.garbled = True
-    return Dump(processes, consumed, unmatched, format="faulthandler")
+            self.open_thread(_norm_tid(m.group("tid")), m.group("cur") == "Current thread", m.group("name"), lno)
