@@ -179,112 +179,121 @@ def is_frame_body(text: str) -> bool:
 
 def parse_gdb(lines: list[str], first_line: int = 1) -> Dump:
     """Parse gdb ``thread apply all bt`` / ``py-bt`` output; ``first_line`` numbers ``lines[0]``."""
-    processes: list[Process] = []
-    consumed: set[int] = set()
-    unmatched: list[int] = []
-    proc: Process | None = None
-    thread: Thread | None = None
-    pid: int | None = None
-    pybt = False                       # inside a Traceback block
-    last_py_frame = False              # the previous line was a py-bt File line (its source may follow)
-    seen_stack = False                 # the preamble ends at the first thread header, frame or traceback
-    unnamed: list[Thread] = []         # bt / py-bt of the selected thread, printed without a header
+    reader = _Reader(first_line)
+    for i, raw in enumerate(lines):
+        if reader.feed(i, raw.rstrip("\r\n")):
+            reader.consumed.add(i)
+        else:
+            reader.unmatched.append(i)
+    for p in reader.processes:
+        p.pid = reader.pid
+    for t in reader.unnamed:               # the selected thread: thread 1 after attach, whose LWP is the pid
+        t.thread_id = str(reader.pid) if reader.pid is not None else "selected"
+    threads = [t for p in reader.processes for t in p.threads]
+    fmt = "gdb_pybt" if threads and all(t.format == "gdb_pybt" for t in threads) else "gdb"
+    return Dump(reader.processes, reader.consumed, reader.unmatched, format=fmt)
 
-    def selected_thread(lno: int, fmt: str) -> Thread:
-        nonlocal proc
-        if proc is None or proc.threads:
-            proc = Process(pid=None, title="", line=lno)
-            processes.append(proc)
+
+class _Reader:
+    """Line-by-line state of a gdb parse: the current process and thread, inside a py-bt or not."""
+
+    def __init__(self, first_line: int) -> None:
+        self.first_line = first_line
+        self.processes: list[Process] = []
+        self.consumed: set[int] = set()
+        self.unmatched: list[int] = []
+        self.proc: Process | None = None
+        self.thread: Thread | None = None
+        self.pid: int | None = None
+        self.pybt = False                  # inside a Traceback block
+        self.last_py_frame = False         # the previous line was a py-bt File line (its source may follow)
+        self.seen_stack = False            # the preamble ends at the first thread header, frame or traceback
+        self.unnamed: list[Thread] = []    # bt / py-bt of the selected thread, printed without a header
+
+    def new_process(self, lno: int) -> Process:
+        self.proc = Process(pid=None, title="", line=lno)
+        self.processes.append(self.proc)
+        return self.proc
+
+    def selected_thread(self, lno: int, fmt: str) -> Thread:
+        proc = self.proc if self.proc is not None and not self.proc.threads else self.new_process(lno)
         t = Thread("", None, None, lno, format=fmt)
         proc.threads.append(t)
-        unnamed.append(t)
+        self.unnamed.append(t)
         return t
 
-    for i, raw in enumerate(lines):
-        text = raw.rstrip("\r\n")
-        lno = first_line + i
+    def feed(self, i: int, text: str) -> bool:
+        """Take one line; True when it belongs to the dump grammar."""
+        lno = self.first_line + i
         if not text.strip():
-            consumed.add(i)
-            last_py_frame = False
-            continue
-        m = THREAD_RE.match(text)
-        if m:
-            lwp = m.group("lwp") or m.group("lwp2") or m.group("proc")
-            tid = lwp or m.group("ptid") or m.group("ptid2")
-            if proc is None or any(t.thread_id == tid for t in proc.threads) or any(t in unnamed for t in proc.threads):
-                proc = Process(pid=None, title="", line=lno)
-                processes.append(proc)
-            thread = Thread(tid, None, m.group("comm"), lno, format="gdb")
-            proc.threads.append(thread)
-            if m.group("n") == "1" and lwp and pid is None:
-                pid = int(lwp)
-            consumed.add(i)
-            pybt = last_py_frame = False
-            seen_stack = True
-            continue
-        m = FRAME_RE.match(text)
-        if m:
-            if thread is None or pybt or thread.format == "gdb_pybt":
-                thread = selected_thread(lno, "gdb")
-            pybt = False
-            thread.frames.append(gdb_frame(m.group("addr"), m.group("rest")))
-            consumed.add(i)
-            seen_stack = True
-            continue
+            self.last_py_frame = False
+            return True
+        if (m := THREAD_RE.match(text)):
+            self.thread_header(m, lno)
+            return True
+        if (m := FRAME_RE.match(text)):
+            if self.thread is None or self.pybt or self.thread.format == "gdb_pybt":
+                self.thread = self.selected_thread(lno, "gdb")
+            self.pybt = False
+            self.thread.frames.append(gdb_frame(m.group("addr"), m.group("rest")))
+            self.seen_stack = True
+            return True
         if TRACEBACK_RE.match(text):
-            if thread is not None and thread not in unnamed and not thread.frames and thread.format == "gdb":
-                thread.format = "gdb_pybt"        # 'thread apply all py-bt': the header came first
+            t = self.thread
+            if t is not None and t not in self.unnamed and not t.frames and t.format == "gdb":
+                t.format = "gdb_pybt"              # 'thread apply all py-bt': the header came first
             else:
-                thread = selected_thread(lno, "gdb_pybt")
-            pybt = True
-            seen_stack = True
-            consumed.add(i)
-            continue
-        if pybt and thread is not None:
-            m = PY_FRAME_RE.match(text)
-            if m:
-                thread.frames.append(Frame(m.group("name"), m.group("file"), int(m.group("line")), False))
-                consumed.add(i)
-                last_py_frame = True
-                continue
-            if last_py_frame and PY_SOURCE_RE.match(text):
-                consumed.add(i)
-                last_py_frame = False
-                continue
-            m = PY_BUILTIN_RE.match(text)
-            if m:
-                thread.frames.append(Frame(m.group("name"), None, None, True))
-                consumed.add(i)
-                last_py_frame = False
-                continue
-            if PY_OPTIMIZED_RE.match(text):
-                thread.frames.append(Frame("<optimized out>", None, None, False))
-                consumed.add(i)
-                last_py_frame = False
-                continue
-            if PY_NOTE_RE.match(text):
-                consumed.add(i)
-                continue
-        last_py_frame = False
-        if thread is not None and thread.frames and not pybt and (text.startswith("        ") or BT_FULL_RE.match(text)):
-            consumed.add(i)                 # 'bt full': a frame's locals (and their continuation lines)
-            continue
-        m = INFERIOR_RE.match(text) or ATTACH_RE.match(text)
-        if m:
-            pid = int(m.group(1))
-            consumed.add(i)
-            pybt = False
-            continue
+                self.thread = self.selected_thread(lno, "gdb_pybt")
+            self.pybt = self.seen_stack = True
+            return True
+        if self.pybt and self.thread is not None and self.py_line(text):
+            return True
+        self.last_py_frame = False
+        return self.other(text)
+
+    def thread_header(self, m: re.Match[str], lno: int) -> None:
+        lwp = m.group("lwp") or m.group("lwp2") or m.group("proc")
+        tid = lwp or m.group("ptid") or m.group("ptid2")
+        proc = self.proc
+        if proc is None or any(t.thread_id == tid or t in self.unnamed for t in proc.threads):
+            proc = self.new_process(lno)
+        self.thread = Thread(tid, None, m.group("comm"), lno, format="gdb")
+        proc.threads.append(self.thread)
+        if m.group("n") == "1" and lwp and self.pid is None:
+            self.pid = int(lwp)
+        self.pybt = self.last_py_frame = False
+        self.seen_stack = True
+
+    def py_line(self, text: str) -> bool:
+        """A line inside a py-bt traceback: a File line, its source, a builtin or an optimized-out frame."""
+        assert self.thread is not None
+        if (m := PY_FRAME_RE.match(text)):
+            self.thread.frames.append(Frame(m.group("name"), m.group("file"), int(m.group("line")), False))
+            self.last_py_frame = True
+            return True
+        if self.last_py_frame and PY_SOURCE_RE.match(text):
+            self.last_py_frame = False
+            return True
+        if (m := PY_BUILTIN_RE.match(text)):
+            self.thread.frames.append(Frame(m.group("name"), None, None, True))
+            self.last_py_frame = False
+            return True
+        if PY_OPTIMIZED_RE.match(text):
+            self.thread.frames.append(Frame("<optimized out>", None, None, False))
+            self.last_py_frame = False
+            return True
+        return bool(PY_NOTE_RE.match(text))
+
+    def other(self, text: str) -> bool:
+        """Lines around the stacks: 'bt full' locals, the inferior / attach lines, gdb's noise."""
+        if self.thread is not None and self.thread.frames and not self.pybt \
+                and (text.startswith("        ") or BT_FULL_RE.match(text)):
+            return True                     # 'bt full': a frame's locals (and their continuation lines)
+        if (m := INFERIOR_RE.match(text) or ATTACH_RE.match(text)):
+            self.pid = int(m.group(1))
+            self.pybt = False
+            return True
         if any(r.match(text) for r in NOISE_RES):
-            consumed.add(i)
-            continue
-        if not seen_stack and is_frame_body(text):
-            consumed.add(i)                 # frame 0 of the selected thread, echoed on attach
-            continue
-        unmatched.append(i)
-    for p in processes:
-        p.pid = pid
-    for t in unnamed:                      # the selected thread: thread 1 after attach, whose LWP is the pid
-        t.thread_id = str(pid) if pid is not None else "selected"
-    fmt = "gdb_pybt" if processes and all(t.format == "gdb_pybt" for p in processes for t in p.threads) else "gdb"
-    return Dump(processes, consumed, unmatched, format=fmt)
+            return True
+        # frame 0 of the selected thread, echoed on attach
+        return not self.seen_stack and is_frame_body(text)
