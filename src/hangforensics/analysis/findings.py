@@ -25,14 +25,12 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
     rules = rules if rules is not None else load_rules()
     if engines is None:
         engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
-    from . import (
-        signatures,
-        stackclasses,  # the models: polars-free imports stay cheap
-    )
-    from . import stalls as analysis
+    from . import collectives, probes, signatures, stackclasses, stalls  # the models: imports stay cheap
 
     with store.transaction():
-        analysis.rebuild(store, engines)
+        probes.rebuild(store, engines)
+        stalls.rebuild(store, engines)
+        collectives.rebuild(store, engines)
         stackclasses.rebuild(store, engines)
         signatures.rebuild(store, engines)
         found: list[dict[str, Any]] = []
@@ -56,6 +54,7 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
                     "ts": r.get("ts"), "ts_end": r.get("ts_end"),
                     "title": r.get("title") or rule.title, "detail": r.get("detail") or "",
                     "evidence": uniq, "signature": r.get("signature"),
+                    "count": int(r.get("count") or 1), "ts_basis": r.get("ts_basis") or "read",
                 })
         found.sort(key=lambda f: (f["engine"], SEVERITY_RANK[f["severity"]], f["ts"] or datetime.max, f["rule"]))
         store.con.execute("DELETE FROM findings WHERE list_contains(?, engine)", [engines])
@@ -80,6 +79,7 @@ def document(findings: list[dict[str, Any]]) -> dict[str, Any]:
             "rule": f["rule"], "severity": f["severity"], "engine": f["engine"], "ranks": list(f["ranks"] or []),
             "ts": iso(f["ts"]), "ts_end": iso(f["ts_end"]), "title": f["title"], "detail": f["detail"],
             "evidence": [{"file": e["file"], "line": e["line"]} for e in (f["evidence"] or [])],
-            "signature": f.get("signature"),
+            "signature": f.get("signature"), "count": int(f.get("count") or 1),
+            "ts_basis": f.get("ts_basis") or "read",
         })
     return {"tool": "hangforensics", "version": __version__, "findings": out}

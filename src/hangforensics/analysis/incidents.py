@@ -15,21 +15,12 @@ from typing import Any
 
 from ..store import Store
 from .rules import SEVERITY_RANK
-from .stalls import segments_of
+from .segments import segment_of, segments_of
 
 
 def incident_id(engine: str, onset: datetime | None, segment: int) -> str:
     key = f"{engine}|{onset.isoformat() if onset else segment}"
     return f"{engine}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
-
-
-def _segment_of(segs, ts: datetime | None) -> int:
-    if ts is None:
-        return segs[-1].index
-    for s in segs:
-        if (s.start is None or ts >= s.start) and (s.end is None or ts < s.end):
-            return s.index
-    return segs[-1].index
 
 
 def build(store: Store, engine: str, scan_id: int) -> list[dict[str, Any]]:
@@ -40,7 +31,7 @@ def build(store: Store, engine: str, scan_id: int) -> list[dict[str, Any]]:
     stalls = {r["segment"]: r for r in store.query("SELECT * FROM stalls WHERE engine = ?", [engine])}
     groups: dict[int, list[dict]] = {}
     for f in findings:
-        seg = _segment_of(segs, f["ts"])
+        seg = segment_of(segs, f["ts"])
         # findings without a time (an absent rank) belong with the stall they explain
         if f["ts"] is None and stalls:
             seg = max(stalls)
@@ -69,7 +60,7 @@ def build(store: Store, engine: str, scan_id: int) -> list[dict[str, Any]]:
             "incident_id": iid, "engine": engine, "segment": seg, "kind": kind, "onset": onset, "ended": ended,
             "end_reason": how, "severity": severity, "rules": rules,
             "signatures": sorted({f["signature"] for f in fs if f["signature"]}),
-            "n_findings": len(fs), "watchdog_kills": sum(1 for f in fs if f["rule"] == "watchdog-kill"),
+            "n_findings": len(fs), "watchdog_kills": sum(f["count"] or 1 for f in fs if f["rule"] == "watchdog-kill"),
             "health_blind_s": (health["ts_end"] - health["ts"]).total_seconds() if health else None,
             "ranks": sorted({r for f in fs if f["rule"] in ("stall-onset", "all-ranks-frozen") for r in f["ranks"]}),
             "first_seen_scan": known[iid]["first_seen_scan"] if iid in known else scan_id,

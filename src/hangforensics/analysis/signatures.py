@@ -18,7 +18,9 @@ and all given keys must hold:
   utilisation must lie within these bounds (0 % idle in a host rendezvous vs a 100 % device spin);
 * ``log``: regexes on event messages (``log_kinds`` restricts the event kinds);
   a log match alone is enough when no ``frames`` are given, and is supporting
-  evidence otherwise.
+  evidence otherwise;
+* ``per_collective``: one match per timed-out collective (process group and SeqNum of the
+  ``collectives`` view), not per engine: the signal is the collective, however many ranks report it.
 
 Adding a signature is adding a file.
 """
@@ -191,6 +193,9 @@ def rebuild(store: Store, engines: list[str]) -> None:
         ev = engine_evidence(store, e)
         rows += [r for sig in sigs if sig.match.get("frames") for r in evaluate(store, e, sig, ev)]
     for sig in sigs:
+        if sig.match.get("per_collective"):
+            rows += _per_collective(store, engines, sig)
+            continue
         if sig.match.get("frames") and not sig.match.get("log_alone"):
             continue
         if not sig.match.get("log"):
@@ -206,3 +211,23 @@ def rebuild(store: Store, engines: list[str]) -> None:
             log_only = Signature(**{**sig.__dict__, "match": {k: v for k, v in sig.match.items() if k != "frames"}})
             rows += evaluate(store, h["engine"], log_only, EngineEvidence(False, [], set(), {}))
     store.append("signature_matches", rows)
+
+
+def _per_collective(store: Store, engines: list[str], sig: Signature) -> list[dict[str, Any]]:
+    """One match per (engine, process group, SeqNum) of the torch collective timeouts."""
+    rows = store.query(
+        """SELECT engine, pg, seq, any_value(op) AS op, min(ts) AS ts, count(DISTINCT coalesce(rank, -1 - pg_rank)) AS n,
+                  list(DISTINCT rank ORDER BY rank) AS ranks, list({'file': path, 'line': line} ORDER BY ts)[1:8] AS ev,
+                  max(timeout_ms) AS timeout_ms
+           FROM collectives WHERE list_contains(?, engine) AND source = 'torch_nccl'
+           GROUP BY engine, pg, seq ORDER BY engine, ts""", [engines])
+    out = []
+    for r in rows:
+        ranks = ", ".join(str(x) for x in r["ranks"] if x is not None)
+        where = f"process group {r['pg']}" if r["pg"] != "?" else "a process group the lines do not name"
+        detail = (f"{r['n']} rank(s) ({ranks}) report that collective SeqNum {r['seq']} "
+                  f"{r['op'] or ''} of {where} timed out"
+                  + (f" after {r['timeout_ms'] / 1000:.0f} s" if r["timeout_ms"] else "")
+                  + f". {sig.description} Remediation: {sig.remediation}")
+        out.append(_row(r["engine"], sig, r["ts"], [], detail, r["ev"]))
+    return out

@@ -56,6 +56,7 @@ def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOut
 
     ctx = FileContext(engine=f.engine, path=f.rel_path,
                       default_year=datetime.fromtimestamp(f.abs_path.stat().st_mtime).year,
+                      reference=datetime.fromtimestamp(f.abs_path.stat().st_mtime),
                       compose=detect_compose(head))
     out.read_bytes = start_offset
     for chunk in iter_chunks(f.abs_path, start_offset, start_line, records=True, end_offset=end_offset,

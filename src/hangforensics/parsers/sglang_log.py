@@ -45,9 +45,12 @@ from .sglang_records import Record, RecordRows, handle
 class FileContext:
     engine: str
     path: str                      # as reported in evidence (relative)
-    default_year: int              # for glog / vLLM timestamps that carry no year
+    default_year: int              # for glog / vLLM timestamps that carry no year (when no reference)
     compose: bool = False
     last_ts: datetime | None = None  # carried across chunks
+    # when the file has no dated line of its own: its modification time (year-less lines take the year
+    # that puts them at or before it: a December glog line in a file saved in January is last year's)
+    reference: datetime | None = None
     prev_ts: datetime | None = None  # timestamp of the previous chunk's last dated record, in file order
 
 
@@ -200,9 +203,11 @@ def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
     ext = (df.filter(pl.col("role") != "unparsed")
            .group_by("rec").agg(pl.col("line").max().alias("line_end")))
     starts = df.filter(pl.col("start")).join(ext, on="rec", how="left").with_columns(_ts_expr("ts").alias("ts_dt"))
-    carried = ctx.last_ts or datetime(ctx.default_year, 1, 1)
+    carried = ctx.last_ts or ctx.reference or datetime(ctx.default_year, 1, 1)
+    dated = pl.col("ts_dt").forward_fill().backward_fill()
     return starts.with_columns(
-        pl.col("ts_dt").forward_fill().backward_fill().fill_null(carried).alias("ctx_ts"),
+        dated.fill_null(carried).alias("ctx_ts"),
+        (dated.is_not_null() | pl.lit(ctx.last_ts is not None)).alias("ctx_dated"),
         pl.col("ts_dt").backward_fill().alias("next_ts"))
 
 
@@ -269,6 +274,10 @@ def _event_rows(starts: pl.DataFrame, ctx: FileContext) -> tuple[pl.DataFrame, p
     ).with_columns(
         pl.concat_str([pl.col("ctx_ts").dt.year().cast(pl.String), pl.lit("-"), pl.col("_vts")])
         .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False).alias("_vdt"),
+    ).with_columns(
+        # no dated line to take the year from: the date at or before the file's reference time
+        pl.when(~pl.col("ctx_dated") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=1)))
+        .then(pl.col("_vdt").dt.offset_by("-1y")).otherwise(pl.col("_vdt")).alias("_vdt"),
         pl.when(~is_vllm).then(pl.col("kind"))
         .otherwise(_kind_chain(pl.col("_vmsg").fill_null(""), VLLM_KINDS, "vllm")).alias("kind"),
     )
@@ -294,7 +303,8 @@ def _detailed_rows(records: pl.DataFrame, lines: list[str], ctx: FileContext) ->
         i1 = i0 + (r["line_end"] - r["line"]) if r["line_end"] is not None else i0
         handle(Record(kind=r["kind"], line=r["line"], body=r["body"],
                       msg=r["msg"] if r["msg"] is not None else r["body"], cont=body_list[i0 + 1: i1 + 1],
-                      rank=(r["ranks"] or "").strip(), ts=r["ts_dt"], ctx_ts=r["ctx_ts"], next_ts=r["next_ts"]),
+                      rank=(r["ranks"] or "").strip(), ts=r["ts_dt"], ctx_ts=r["ctx_ts"], next_ts=r["next_ts"],
+                      ctx_dated=r["ctx_dated"]),
                rows)
     return rows
 

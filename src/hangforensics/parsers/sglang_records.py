@@ -29,6 +29,7 @@ class Record:
     ts: datetime | None
     ctx_ts: datetime               # the nearest dated line (year context for glog)
     next_ts: datetime | None       # the next dated line
+    ctx_dated: bool = True         # ctx_ts is a dated line of the file (else the file's reference time)
 
 
 @dataclass
@@ -60,7 +61,8 @@ def _torch_nccl(rec: Record, out: RecordRows) -> dict[str, Any]:
     g = torch_nccl.parse_glog(rec.body, rec.ctx_ts)
     ts = rec.ts
     if g:
-        ts = torch_nccl.align_to_log(g, rec.ctx_ts, rec.next_ts)
+        # beside dated log lines, glog may be on another clock (UTC); alone, it is the only clock
+        ts = torch_nccl.align_to_log(g, rec.ctx_ts, rec.next_ts) if rec.ctx_dated else g.pop("ts")
         out.ts[rec.line] = ts
         if g.get("global_rank") is not None and not rec.rank:
             out.rank[rec.line] = f"rank{g['global_rank']}"

@@ -10,18 +10,24 @@ GLOG_RE = re.compile(
     r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
     r"(?:\d+ )?(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<msg>.*)$"
 )
-PG_RE = re.compile(r"\[PG ID (?P<pgid>\d+) PG GUID (?P<guid>[^\s(\]]+)(?:\((?P<desc>[^)]*)\))? Rank (?P<rank>\d+)\]")
+# '[PG ID 2 PG GUID 1(tp:0) Rank 4]' (torch 2.5+), '[PG 130 Rank 1]' / '[PG 3 (tp) Rank 1]' (2.3-2.4)
+PG_RE = re.compile(r"\[PG (?:ID )?(?P<pgid>\d+)(?: PG GUID (?P<guid>[^\s(\]]+))?(?: ?\((?P<desc>[^)]*)\))? "
+                   r"Rank (?P<rank>\d+)\]")
 WORK_RANK_RE = re.compile(r"^\[Rank (\d+)\] ")
 TIMEOUT_RE = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+), NumelIn=(-?\d+), "
     r"NumelOut=(-?\d+), Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
 )
 STATUS_RE = re.compile(r"last enqueued (?:NCCL )?work: (\d+), last completed (?:NCCL )?work: (-?\d+)")
-SEQ_RE = re.compile(r"failure detected by watchdog at work sequence id: (\d+)")
+# the collective's SeqNum as the follow-up lines print it, across torch releases
+SEQ_RE = re.compile(r"(?:failure detected by watchdog at work sequence id|detected by watchdog at work|"
+                    r"Timeout at NCCL work): (\d+)")
 
 EVENTS = [
     ("collective_timeout", "Watchdog caught collective operation timeout"),
     ("failure_detected", "failure detected by watchdog"),
+    ("failure_detected", "detected by watchdog at work"),
+    ("failure_detected", "Timeout at NCCL work"),
     ("dump_signal", "Received a dump signal"),
     ("first_to_dump", "First PG on this rank to signal dumping"),
     ("observed_dump", "Observed flight recorder dump signal"),

@@ -26,8 +26,8 @@ import jinja2
 
 from .. import __version__
 from ..analysis.findings import iso
+from ..analysis.probes import PROBE_PATHS
 from ..analysis.rules import SEVERITIES, load_rules
-from ..analysis.stalls import PROBE_PATHS
 from ..ranks import rank_key
 from ..readers.logfile import iter_chunks
 from ..redaction import redact_payloads, shorten
@@ -325,11 +325,10 @@ def render_incident(store: Store, incident: dict[str, Any], show_payloads: bool 
     """One incident's report: its engine's report scoped to the incident's run and findings."""
     fs = store.query("SELECT * EXCLUDE (finding_id) FROM findings WHERE engine = ? ORDER BY finding_id",
                      [incident["engine"]])
-    from ..analysis.incidents import _segment_of
-    from ..analysis.stalls import segments_of
+    from ..analysis.segments import segment_of, segments_of
 
     segs = segments_of(store, incident["engine"])
-    mine = [f for f in fs if _segment_of(segs, f["ts"]) == incident["segment"] or f["ts"] is None]
+    mine = [f for f in fs if segment_of(segs, f["ts"]) == incident["segment"] or f["ts"] is None]
     return render_report(store, [incident["engine"]], mine,
                          title_path=f"incident {incident['incident_id']}", segment=incident["segment"],
                          show_payloads=show_payloads)

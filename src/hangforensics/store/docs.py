@@ -32,12 +32,43 @@ VIEW_NOTES = {
                 "lines whose generation throughput moved. The last row of a rank is where it stopped.",
     "gpu_rank_samples": "gpu_samples with the rank each GPU serves (from server_args base_gpu_id / gpu_id_step).",
     "engine_facts": "One row per engine: what it runs, as its logs show it (model, parallelism, flags, versions).",
+    "collective_records": "Collective records read from Flight Recorder dumps, NCCL RAS output and PyTorch "
+                          "desync-debug reports (the collectives view adds torch ProcessGroupNCCL lines).",
+    "probes": "Derived by analyze: liveness probes recognised by behaviour (one client, one GET path, a steady "
+              "interval) or by a well-known probe path.",
+    "collective_verdicts": "Derived by analyze: each process group's collective records compared (desync, "
+                           "absent member, agreement).",
+    "engine_summaries": "Derived by analyze: one row per engine read, also when no rule fired: the verdict, what "
+                        "was read and what to capture next (interface.md §5).",
+    "collectives": "One row per (engine, source, rank, process group, sequence number, op) as reported: torch "
+                   "ProcessGroupNCCL timeouts, Flight Recorder entries, NCCL RAS counts. Majorities count ranks, "
+                   "not rows; SeqNums of different process groups are never compared.",
+    "progress_marks": "What ends a silence: progress lines and server starts. A repeated signal's episode is "
+                      "the last mark before it.",
     "nccl_progress": "torch ProcessGroupNCCL progress per rank and process group, compared within the group: "
                      "a rank behind the group's furthest completed collective is the suspect.",
 }
 
 # Columns of the convenience views (VIEWS): what each means.  The types come from the views themselves.
 VIEW_COLUMNS: dict[str, dict[str, str]] = {
+    "collectives": {
+        "engine": "the engine", "source": "torch_nccl, flight_recorder or nccl_ras",
+        "rank": "global rank ('[rankN]:' prefix, a Flight Recorder dump's file-name suffix, RAS 'Rank N')",
+        "pg_rank": "rank within the process group (torch lines' 'Rank N'), when no global rank is printed",
+        "pg": "the process group as printed: GUID with its description ('1(tp:0)'), 'PG 130' for older torch, "
+              "a RAS communicator hash; '?' when no line names it",
+        "pg_ranks": "the group's members when the evidence lists them (Flight Recorder pg_config)",
+        "seq": "collective sequence number (SeqNum; RAS: operations launched)",
+        "op": "the collective (ALLREDUCE, all_reduce, ...)",
+        "state": "timed_out (torch timeout), scheduled / started / completed (Flight Recorder), launched, "
+                 "missing, dead (RAS)",
+        "ts": "first record's time", "records": "lines or entries merged into the row",
+        "timeout_ms": "the collective's timeout (torch)", "ran_ms": "how long it ran before timing out (torch)",
+        "path": "file of the first record", "line": "its line (entry index for a binary dump)",
+    },
+    "progress_marks": {
+        "engine": "the engine", "ts": "when", "mark": "progress (a progress line) or start (a server_args line)",
+    },
     "progress": {
         "engine": "the engine", "path": "file of the progress line", "line": "line number in that file",
         "ts": "when it was printed, on the main log's clock",
@@ -88,6 +119,9 @@ CONTRACT_COLUMNS: dict[str, tuple[str, ...]] = {
     "leak_reports": ("engine", "ts", "rank", "context", "leaked_full_pages", "leaked_mamba_pages"),
     "findings": ("rule", "severity", "engine", "ranks", "ts", "ts_end", "title", "detail", "evidence", "signature"),
     "unparsed": ("engine", "path", "line", "text"),
+    "collectives": ("engine", "source", "rank", "pg", "seq", "op", "state", "ts", "records"),
+    "engine_summaries": ("engine", "verdict", "span_start", "span_end", "ranks", "files", "unparsed_lines",
+                         "capture_next"),
 }
 
 

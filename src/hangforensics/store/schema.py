@@ -7,13 +7,24 @@ docs/schema.md (generated from this file: ``python -m hangforensics.store > docs
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # How to bring an older database up to SCHEMA_VERSION: the statements that take version N to N + 1.
 # Writing commands apply them (in one transaction) when they open an older database; read-only
 # commands say how (``hangforensics migrate``).
 MIGRATIONS: dict[int, list[str]] = {
     1: ["ALTER TABLE sources ADD COLUMN IF NOT EXISTS note VARCHAR"],
+    # 3: collector envelopes (sources.envelope, collected_ts), episodes (findings.count / ts_basis),
+    # stall cadence; the new tables (collective_records, probes, ...) are created by their DDL.
+    2: ["ALTER TABLE sources ADD COLUMN IF NOT EXISTS envelope VARCHAR",
+        *[f"ALTER TABLE t_{t} ADD COLUMN IF NOT EXISTS collected_ts TIMESTAMP"
+          for t in ("events", "batches", "http_requests", "stacks")],
+        "ALTER TABLE findings ADD COLUMN IF NOT EXISTS count INTEGER",
+        "ALTER TABLE findings ADD COLUMN IF NOT EXISTS ts_basis VARCHAR",
+        "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS ts_basis VARCHAR",
+        "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS cadence_s DOUBLE",
+        "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS running_req BIGINT",
+        "ALTER TABLE freezes ADD COLUMN IF NOT EXISTS ts_basis VARCHAR"],
 }
 
 # Table DDL.  Columns named in interface.md §4 are the stable contract; the rest
@@ -43,7 +54,8 @@ TABLES: dict[str, str] = {
         release_hint VARCHAR,           -- SGLang release family the formats point at
         status VARCHAR,                 -- ok, vanished
         ingested_at TIMESTAMP,          -- when this file was last read (local time of the ingesting machine)
-        note VARCHAR                    -- what was odd about the file and how it was handled (binary, truncated, ...)
+        note VARCHAR,                   -- what was odd about the file and how it was handled (binary, truncated, ...)
+        envelope VARCHAR                -- how a collector or a paste wrapped the file (kubectl, cri, docker_json, journald, markdown, ...; layers joined by +), none when plain
     """,
     "events": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
@@ -54,7 +66,8 @@ TABLES: dict[str, str] = {
         rank VARCHAR,                   -- as SGLang writes it: 'TP3', 'DP1 TP1 EP1', '' for the main process
         kind VARCHAR,                   -- what the record is: server_args, watchdog, pyspy_header, torch_nccl, exception, vllm_stats, log, ...
         message VARCHAR,                -- first line of the record, without its prefix
-        attrs JSON                      -- kind-specific fields (pid, timeout, seq, ...)
+        attrs JSON,                     -- kind-specific fields (pid, timeout, seq, ...)
+        collected_ts TIMESTAMP          -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
     """,
     "batches": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
@@ -77,7 +90,8 @@ TABLES: dict[str, str] = {
         input_throughput DOUBLE,        -- Prefill: 'input throughput (token/s)'
         graph BOOLEAN,                  -- cuda/cpu/npu/musa graph
         accept_len DOUBLE,              -- speculative decoding: mean accepted draft length
-        pending_req BIGINT              -- PD queues: prealloc + transfer + inflight + bootstrap (+ older names)
+        pending_req BIGINT,             -- PD queues: prealloc + transfer + inflight + bootstrap (+ older names)
+        collected_ts TIMESTAMP          -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
     """,
     "http_requests": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
@@ -87,7 +101,8 @@ TABLES: dict[str, str] = {
         client VARCHAR,                 -- client address:port
         method VARCHAR,                 -- HTTP method (GET, POST, ...)
         path VARCHAR,                   -- URL path (the file is in 'file')
-        status INTEGER                  -- HTTP status code answered
+        status INTEGER,                 -- HTTP status code answered
+        collected_ts TIMESTAMP          -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
     """,
     "stacks": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
@@ -103,7 +118,8 @@ TABLES: dict[str, str] = {
         process_title VARCHAR,          -- process title line, e.g. 'sglang::scheduler_TP3'
         capture VARCHAR,                -- embedded (in a log) or standalone
         format VARCHAR,                 -- pyspy_text, pyspy_json, gdb, gdb_pybt, faulthandler, trace
-        garbled BOOLEAN                 -- interleaved output: only the certain frames were kept
+        garbled BOOLEAN,                -- interleaved output: only the certain frames were kept
+        collected_ts TIMESTAMP          -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
     """,
     "frames": """
         dump_id VARCHAR,                -- the dump (joins stacks)
@@ -195,7 +211,9 @@ TABLES: dict[str, str] = {
         title VARCHAR,                  -- one line for a human
         detail VARCHAR,                 -- the reasoning, with the numbers
         evidence STRUCT(file VARCHAR, line BIGINT)[], -- supporting lines, each {file, line}, file relative to the ingest root
-        signature VARCHAR               -- signature id on known-signature findings, else NULL
+        signature VARCHAR,              -- signature id on known-signature findings, else NULL
+        count INTEGER,                  -- how many repetitions of the same signal the finding stands for (an episode)
+        ts_basis VARCHAR                -- read (a line says so) or inferred (derived: the detail says how)
     """,
     # Derived models, rebuilt by analyze (see analysis.py).
     "rank_stops": """
@@ -217,7 +235,10 @@ TABLES: dict[str, str] = {
         ranks VARCHAR[],                -- every rank seen in the segment
         path VARCHAR,                   -- the last batch line
         line BIGINT,                    -- line of the last batch line
-        evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
+        evidence STRUCT(file VARCHAR, line BIGINT)[], -- supporting lines, each {file, line}, file relative to the ingest root
+        ts_basis VARCHAR,               -- read (the last progress line) or inferred (watchdog fire time minus its timeout, ...)
+        cadence_s DOUBLE,               -- the engine's usual gap between progress lines before the stall (median)
+        running_req BIGINT              -- requests running in the last progress line
     """,
     "rank_classes": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
@@ -270,7 +291,59 @@ TABLES: dict[str, str] = {
         ranks VARCHAR[],                -- ranks it covers
         source VARCHAR,                 -- batch_lines, watchdog, torch_nccl
         detail VARCHAR,                 -- the reasoning, with the times
+        evidence STRUCT(file VARCHAR, line BIGINT)[], -- supporting lines, each {file, line}, file relative to the ingest root
+        ts_basis VARCHAR                -- read or inferred (see detail)
+    """,
+    "collective_records": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        path VARCHAR,                   -- file the record was read from, relative to the ingest root
+        line BIGINT,                    -- line of the record in that file (for a binary dump: the entry's index, from 1)
+        source VARCHAR,                 -- flight_recorder, nccl_ras or desync_report
+        rank INTEGER,                   -- global rank (a Flight Recorder dump's file-name suffix, RAS 'Rank N')
+        pg VARCHAR,                     -- process group (name / GUID as printed) or NCCL communicator hash
+        pg_desc VARCHAR,                -- the group's description (tp:0, default_pg, ...)
+        pg_ranks INTEGER[],             -- the group's members when the evidence lists them
+        seq BIGINT,                     -- collective sequence number (RAS: operations launched)
+        op VARCHAR,                     -- all_reduce, broadcast, ... (RAS: the collective type or ALL)
+        state VARCHAR,                  -- scheduled, started, completed, timed_out, lagging, dead, missing, ...
+        ts TIMESTAMP,                   -- when (Flight Recorder: epoch ns converted to UTC), NULL when unknown
+        attrs JSON                      -- the rest: sizes, dtypes, timeouts, the desync report's relation
+    """,
+    "probes": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        client VARCHAR,                 -- client address without its port
+        method VARCHAR,                 -- HTTP method (GET)
+        path VARCHAR,                   -- the probed URL path, whatever it is (/health, /v1/models, ...)
+        n BIGINT,                       -- requests in the series
+        interval_s DOUBLE,              -- median interval between them
+        first_ts TIMESTAMP,             -- first request
+        last_ts TIMESTAMP,              -- last request
+        basis VARCHAR                   -- behaviour (one client, one path, a steady interval) or path (a well-known probe path)
+    """,
+    "collective_verdicts": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        source VARCHAR,                 -- torch_nccl, flight_recorder or nccl_ras
+        pg VARCHAR,                     -- the process group compared (never compared across groups)
+        verdict VARCHAR,                -- desync (ranks disagree), absent (peers agree, a member is missing) or agree
+        ranks VARCHAR[],                -- the odd ranks: the minority, or the absent members
+        majority_ranks VARCHAR[],       -- the ranks that agree with the reference
+        seq BIGINT,                     -- the reference sequence number (the majority's)
+        op VARCHAR,                     -- the reference op
+        ts TIMESTAMP,                   -- the earliest disagreeing (or reporting) record's time
+        ts_basis VARCHAR,               -- read or inferred
+        detail VARCHAR,                 -- the reasoning, with the numbers
         evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
+    """,
+    "engine_summaries": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        verdict VARCHAR,                -- one sentence, true also when no rule fired
+        span_start TIMESTAMP,           -- first timestamp read
+        span_end TIMESTAMP,             -- last timestamp read
+        ranks VARCHAR[],                -- ranks seen in any evidence
+        files MAP(VARCHAR, INTEGER),    -- files read, by kind
+        unparsed_lines BIGINT,          -- lines no parser took
+        capture_next VARCHAR[],         -- evidence to capture next time, specific to what is missing
+        facts VARCHAR[]                 -- the strongest facts seen, one sentence each
     """,
 }
 

@@ -18,6 +18,48 @@ VIEWS = {
         WHERE kind = 'vllm_stats'
           AND TRY_CAST(regexp_extract(message, 'Avg generation throughput: ([0-9.]+)', 1) AS DOUBLE) > 0
     """,
+    # One row per (engine, source, rank, process group, sequence number, op) as reported: several torch
+    # lines about one collective on one rank are one row (a timeout line names no group: it takes the
+    # group its follow-up lines name for the same rank and SeqNum).  Flight Recorder / NCCL RAS /
+    # desync-report records come from collective_records.
+    "collectives": """
+        WITH l AS (
+            SELECT engine, path, line, ts,
+                   TRY_CAST(json_extract_string(attrs, '$.global_rank') AS INTEGER) AS rank,
+                   TRY_CAST(json_extract_string(attrs, '$.pg_rank') AS INTEGER) AS pg_rank,
+                   CASE WHEN json_extract_string(attrs, '$.pg_guid') IS NOT NULL
+                        THEN json_extract_string(attrs, '$.pg_guid')
+                             || COALESCE('(' || json_extract_string(attrs, '$.pg_desc') || ')', '')
+                        WHEN json_extract_string(attrs, '$.pg_id') IS NOT NULL
+                        THEN 'PG ' || json_extract_string(attrs, '$.pg_id')
+                             || COALESCE('(' || json_extract_string(attrs, '$.pg_desc') || ')', '') END AS pg,
+                   TRY_CAST(json_extract_string(attrs, '$.seq') AS BIGINT) AS seq,
+                   json_extract_string(attrs, '$.op_type') AS op,
+                   TRY_CAST(json_extract_string(attrs, '$.timeout_ms') AS BIGINT) AS timeout_ms,
+                   TRY_CAST(json_extract_string(attrs, '$.ran_ms') AS BIGINT) AS ran_ms
+            FROM events WHERE kind = 'torch_nccl' AND json_extract_string(attrs, '$.seq') IS NOT NULL),
+        t AS (
+            SELECT *, COALESCE(pg, max(pg) OVER (PARTITION BY engine, COALESCE(rank, -1 - pg_rank), seq), '?') AS pgf
+            FROM l)
+        SELECT engine, 'torch_nccl' AS source, rank, max(pg_rank) AS pg_rank, pgf AS pg, NULL::INTEGER[] AS pg_ranks,
+               seq, max(op) AS op,
+               'timed_out' AS state, min(ts) AS ts, count(*) AS records, max(timeout_ms) AS timeout_ms,
+               max(ran_ms) AS ran_ms, arg_min(path, ts) AS path, arg_min(line, ts) AS line
+        FROM t GROUP BY engine, rank, COALESCE(rank, -1 - pg_rank), pgf, seq
+        UNION ALL
+        SELECT engine, source, rank, NULL::INTEGER AS pg_rank, pg, any_value(pg_ranks) AS pg_ranks, seq, op,
+               max(state) AS state, min(ts) AS ts,
+               count(*) AS records, NULL::BIGINT AS timeout_ms, NULL::BIGINT AS ran_ms,
+               arg_min(path, line) AS path, min(line) AS line
+        FROM collective_records GROUP BY engine, source, rank, pg, seq, op
+    """,
+    # What ends a silence: progress, or a restart (a server_args line).  A signal's episode is the last mark
+    # before it: repetitions with no mark between them are one stall (watchdog-kill, busy-leak-report).
+    "progress_marks": """
+        SELECT engine, ts, 'progress' AS mark FROM progress WHERE ts IS NOT NULL
+        UNION ALL
+        SELECT engine, ts, 'start' AS mark FROM events WHERE kind = 'server_args' AND ts IS NOT NULL
+    """,
     # GPU index -> local rank via base_gpu_id / gpu_id_step (server_args), labelled like the log prefix.
     "gpu_rank_samples": """
         SELECT g.*, 'TP' || CAST((g.gpu_index - COALESCE(a.base, 0)) // COALESCE(NULLIF(a.step, 0), 1) AS VARCHAR)
