@@ -615,44 +615,49 @@ _TAG = re.compile(r"^\s*(?:</?details\b[^>]*>|<summary\b.*</summary>|</?pre>|</?
 
 
 class _Markdown(_Layer):
-    """A ticket paste: ``> `` quote markers, code fences, HTML details tags, prose between fences."""
+    """A ticket paste: ``> `` quote markers, code fences, HTML details tags, prose between fences.
+
+    A quote marker is markdown outside a fence, and inside a fence opened within a quote; inside a
+    fence opened outside one, a leading ``>`` is payload (a REPL's ``>>>``).  ``>`` alone is a blank
+    payload line; ``> `` removes the marker and one space, so a dump keeps its indentation.  When the
+    paste has fences (``fenced``), lines outside them that do not look like evidence are prose.
+    """
 
     name = "markdown"
 
     def __init__(self, param: str, u: Unwrapper) -> None:
         super().__init__(param, u)
-        flags = set(param.split(","))
-        self.quote = "quote" in flags
-        self.fenced = "fenced" in flags
-        self.fence: tuple[str, int] | None = None        # (char, length) of the open fence
+        self.fenced = "fenced" in param.split(",")
+        self.fence: tuple[str, int, bool] | None = None        # (char, length, quoted) of the open fence
 
     def prefix(self) -> str:
-        return r"(?:> ?)?" if self.quote else ""
+        return r"(?:> ?)?"
 
     def run(self, it: _Items, final: bool) -> _Items:
         out = _Items()
         drop = self.u.drop
         for s, ln, sp, t in it:
-            if self.quote and s[:1] == ">":
+            quoted = s[:1] == ">" and (self.fence is None or self.fence[2])
+            if quoted:
                 s = s[2:] if s[1:2] == " " else s[1:]
             if "`" in s[:6] or "~" in s[:6]:
                 f = _FENCE.match(s)
                 if f is not None and (f.group(1)[0] == "~" or "`" not in f.group(2)):
-                    self._fence(f.group(1), f.group(2))
+                    self._fence(f.group(1), f.group(2), quoted)
                     drop(ln, sp)
                     continue
             if "<" in s[:4] and _TAG.match(s):
                 drop(ln, sp)
                 continue
-            if self.fenced and self.fence is None and (not s.strip() or not EVIDENCE.match(s)):
-                drop(ln, sp)                 # prose (or a blank line) between fenced blocks
+            if self.fenced and self.fence is None and (not EVIDENCE.match(s) if s.strip() else not quoted):
+                drop(ln, sp)                 # prose, or a blank line between blocks, outside the fences
                 continue
             out.add(s, ln, sp, t)
         return out
 
-    def _fence(self, marks: str, info: str) -> None:
+    def _fence(self, marks: str, info: str, quoted: bool) -> None:
         if self.fence is None:
-            self.fence = (marks[0], len(marks))
+            self.fence = (marks[0], len(marks), quoted)
         elif marks[0] == self.fence[0] and len(marks) >= self.fence[1] and not info.strip():
             self.fence = None
         # else: a fence line inside a fence (say a new language tag): dropped, still inside
@@ -782,21 +787,28 @@ def _nonblank(lines: list[str]) -> list[str]:
     return [s for s in lines if s.strip()]
 
 
-def _share(lines: list[str], rx: re.Pattern[str]) -> float:
-    ne = _nonblank(lines)
-    return sum(1 for s in ne if rx.match(s)) / len(ne) if ne else 0.0
-
-
 MAJORITY = 0.8          # share of non-blank sample lines a collector prefix must be on
 QUOTE_MAJORITY = 0.6    # a paste's quote markers (people leave some lines unquoted)
+# Inside a paste a collector's prefix may cover one fenced block only (prose and a quoted dump beside
+# it): behind a markdown layer, a specific prefix on this share of the lines (and 3 of them) will do.
+PASTE_SHARE = 0.3
 
 
-def _detect_ansi(lines: list[str]) -> str | None:
+def _share(lines: list[str], rx: re.Pattern[str], need: float = MAJORITY) -> bool:
+    """Whether the prefix ``rx`` is on at least ``need`` of the non-blank lines (and on 3 when relaxed)."""
+    ne = _nonblank(lines)
+    if not ne:
+        return False
+    hits = sum(1 for s in ne if rx.match(s))
+    return hits >= need * len(ne) and (need >= MAJORITY or hits >= 3)
+
+
+def _detect_ansi(lines: list[str], need: float) -> str | None:
     hits = sum(1 for s in lines if ("\x1b" in s and _ANSI.search(s)) or "\r" in s.rstrip("\r"))
     return "" if hits else None
 
 
-def _detect_hard_wrap(lines: list[str]) -> str | None:
+def _detect_hard_wrap(lines: list[str], need: float) -> str | None:
     ne = _nonblank(lines)
     if len(ne) < 6:
         return None
@@ -816,7 +828,7 @@ PAYLOAD_KEYS = ("log", "message", "msg", "MESSAGE", "text", "line", "event", "_r
 _HEAD_RX = re.compile(PAYLOAD_HEAD, re.ASCII)
 
 
-def _detect_json(lines: list[str]) -> tuple[str, str] | None:
+def _detect_json(lines: list[str], need: float) -> tuple[str, str] | None:
     ne = _nonblank(lines)
     if not ne:
         return None
@@ -852,35 +864,41 @@ def _detect_json(lines: list[str]) -> tuple[str, str] | None:
     return ("fluentbit" if key == "log" else "vector"), key + "\t" + tkey
 
 
-def _detect_cri(lines: list[str]) -> str | None:
-    return "" if _share(lines, _Cri.rx) >= MAJORITY else None
+def _detect_cri(lines: list[str], need: float) -> str | None:
+    return "" if _share(lines, _Cri.rx, need) else None
 
 
-def _detect_journald(lines: list[str]) -> str | None:
-    if _share(lines, _Journald.iso) >= MAJORITY:
+def _detect_journald(lines: list[str], need: float) -> str | None:
+    if _share(lines, _Journald.iso, need):
         return "short-iso"
-    if _share(lines, _Journald.short) >= MAJORITY:
+    if _share(lines, _Journald.short, need):
         return "short"
     return None
 
 
-def _detect_syslog(lines: list[str]) -> str | None:
-    if _share(lines, _Syslog.r5424) >= MAJORITY:
+def _detect_syslog(lines: list[str], need: float) -> str | None:
+    if _share(lines, _Syslog.r5424, need):
         return "5424"
-    if _share(lines, _Syslog.r3164) >= MAJORITY:
+    if _share(lines, _Syslog.r3164, need):
         return "3164"
     return None
 
 
-def _detect_kubectl(lines: list[str]) -> str | None:
-    return "" if _share(lines, _Kubectl.rx) >= MAJORITY else None
+def _detect_kubectl(lines: list[str], need: float) -> str | None:
+    return "" if _share(lines, _Kubectl.rx, need) else None
 
 
-def _detect_compose(lines: list[str]) -> str | None:
-    return "" if _share(lines, _Compose.rx) >= MAJORITY else None
+def _detect_compose(lines: list[str], need: float) -> str | None:
+    if need < MAJORITY:      # in a paste: one service's prefix on evidence, not '404 | not found' lines
+        ms = [m for m in map(_Compose.rx.match, _nonblank(lines)) if m]
+        names = {m.group(0).split("|")[0].strip() for m in ms}
+        rests = [m.string[m.end():] for m in ms]
+        if len(names) > 4 or sum(1 for r in rests if not r.strip() or EVIDENCE.match(r)) < 0.8 * len(ms):
+            return None
+    return "" if _share(lines, _Compose.rx, need) else None
 
 
-def _detect_markdown(lines: list[str]) -> str | None:
+def _detect_markdown(lines: list[str], need: float) -> str | None:
     ne = _nonblank(lines)
     if not ne:
         return None
@@ -891,7 +909,7 @@ def _detect_markdown(lines: list[str]) -> str | None:
     fences = early = 0
     seen = 0
     for s in lines:
-        if quoted >= QUOTE_MAJORITY and s.startswith(">"):
+        if s.startswith(">"):
             s = s[2:] if s[1:2] == " " else s[1:]
         if not s.strip():
             continue
@@ -905,7 +923,7 @@ def _detect_markdown(lines: list[str]) -> str | None:
     return ",".join(flags) if flags else None
 
 
-def _detect_viewer_lineno(lines: list[str]) -> str | None:
+def _detect_viewer_lineno(lines: list[str], need: float) -> str | None:
     ne = _nonblank(lines)
     if len(ne) < 3:
         return None
@@ -936,7 +954,7 @@ def _detect_viewer_lineno(lines: list[str]) -> str | None:
     return style
 
 
-def _detect_viewer_ts(lines: list[str]) -> str | None:
+def _detect_viewer_ts(lines: list[str], need: float) -> str | None:
     ne = _nonblank(lines)
     if len(ne) < 3:
         return None
@@ -958,7 +976,7 @@ def _detect_viewer_ts(lines: list[str]) -> str | None:
 
 
 # Tried in this order at each level, outermost envelope first.
-_DETECTORS: list[tuple[str, Callable[[list[str]], str | tuple[str, str] | None]]] = [
+_DETECTORS: list[tuple[str, Callable[[list[str], float], str | tuple[str, str] | None]]] = [
     ("ansi", _detect_ansi),
     ("hard_wrap", _detect_hard_wrap),
     ("json", _detect_json),
@@ -1029,8 +1047,9 @@ def detect(sample_lines: list[str]) -> EnvelopeStack:
         params: list[str] = []
         for _ in range(MAX_LAYERS):
             hit: tuple[str, str] | None = None
+            need = PASTE_SHARE if "markdown" in layers else MAJORITY
             for name, fn in _DETECTORS:
-                r = fn(cur)
+                r = fn(cur, need)
                 if r is None:
                     continue
                 found = r if isinstance(r, tuple) else (name, r)
