@@ -126,8 +126,8 @@ class _Years:
 
     The first dated line takes its year from the hint (an int: that year; a date: the year that puts
     the line nearest to it, so ``Dec 31`` beside a January hint is the year before).  Then a step
-    backwards by more than half a year is a new year, and a line half a year ahead of the last one
-    belongs to the year before (lines around New Year interleaved).
+    back by more than half a year from the latest time so far is a new year, and a line more than
+    half a year ahead of it belongs to the year before (lines around New Year out of order).
     """
 
     HALF_YEAR = timedelta(days=183)
@@ -151,8 +151,8 @@ class _Years:
                     dt = self._at(self.year, args)
                 elif dt > self.last + self.HALF_YEAR:
                     return self._at(self.year - 1, args)      # a late line from the year before
-            if dt is not None:
-                self.last = dt
+            if dt is not None and (self.last is None or dt > self.last):
+                self.last = dt                        # the latest time so far: out-of-order lines do not move it
             return dt
         except (KeyError, ValueError, OverflowError):
             return None
@@ -602,7 +602,8 @@ class _Ansi(_Layer):
     name = "ansi"
 
     def prefix(self) -> str:
-        return r"(?:\x1b\[[0-9;]*[A-Za-z])*"
+        # escapes, and whatever a \r redraw hides (each part ends at its \r: no runaway backtracking)
+        return r"(?:\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\n]*\x07|[^\n\r]*\r)*"
 
     def run(self, it: _Items, final: bool) -> _Items:
         txt = [_strip_ansi(s) if ("\x1b" in s or "\r" in s) else s for s in it.txt]
@@ -908,17 +909,29 @@ def _detect_markdown(lines: list[str], need: float) -> str | None:
         flags.append("quote")
     fences = early = 0
     seen = 0
+    inside = False
+    outside: list[str] = []
     for s in lines:
-        if s.startswith(">"):
+        quoted = s.startswith(">")
+        if quoted:
             s = s[2:] if s[1:2] == " " else s[1:]
         if not s.strip():
             continue
         seen += 1
         f = _FENCE.match(s)
-        if (f is not None and (f.group(1)[0] == "~" or "`" not in f.group(2))) or _TAG.match(s):
+        if f is not None and (f.group(1)[0] == "~" or "`" not in f.group(2)):
             fences += 1
             early += seen <= 20
-    if fences >= 2 or early:
+            inside = not inside
+        elif _TAG.match(s):
+            fences += 1
+            early += seen <= 20
+        elif not inside and not quoted:
+            outside.append(s)
+    # a paste frames evidence in fences (or quotes) between prose; a log with a stray fence (a logged
+    # prompt) has records outside it, and they must not be taken for prose
+    framed = not outside or sum(1 for s in outside if EVIDENCE.match(s)) < 0.5 * len(outside)
+    if (fences >= 2 or early) and framed:
         flags.append("fenced")
     return ",".join(flags) if flags else None
 
@@ -964,13 +977,13 @@ def _detect_viewer_ts(lines: list[str], need: float) -> str | None:
         return None
     seps: dict[str, int] = {}
     heads = 0
-    for m, s in ((m, m.string) for m in ms):
-        rest = s[m.end():]
-        if _HEAD_RX.match(rest) or LINE_START.match(rest) and rest.strip() and not rest[:1].isspace():
+    for m in ms:
+        if _HEAD_RX.match(m.string, m.end()):
             heads += 1
             seps[m.group(4)] = seps.get(m.group(4), 0) + 1
-    # the payload behind the column has its own record heads: else the 'column' is the payload's own time
-    if heads < 0.5 * len(ms) or not seps:
+    # the payload behind the column has its own record heads (SGLang, glog, vLLM): else the 'column'
+    # is the payload's own time (a '2026-05-24 03:44:45 INFO ...' log keeps it)
+    if heads < 2 or heads < 0.3 * len(ms) or not seps:
         return None
     return max(seps, key=lambda k: seps[k])
 
