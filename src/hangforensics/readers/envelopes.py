@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from functools import lru_cache
 from itertools import pairwise
 
 # -- payload record heads (sglang-formats.md §1, §8.1, §9.1) ----------------------------------------
@@ -409,16 +410,23 @@ class _DockerJson(_Layer):
     def run(self, it: _Items, final: bool) -> _Items:
         out = _Items()
         tail, j = self.tail.match, self.j
+        otxt, oln, osp, ots = out.txt, out.ln, out.sp, out.ts
         for s, ln, sp, t in it:
             k = s.rfind('","stream":"') if s.startswith('{"log":"') else -1
             m = tail(s, k) if k > 0 else None
             if m is not None:
-                body = s[8:k]
                 stream, base, frac, zone = m.groups()
                 v = _iso_ts(base, frac, zone)
-                if body.endswith("\\n") and "\\" not in body[:-2]:
-                    text, partial = body[:-2], False
+                if s.find("\\", 8, k - 2) < 0 and s.endswith("\\n", 8, k):
+                    if not j.slots:             # the common case: a whole line, nothing pending
+                        otxt.append(s[8:k - 2])
+                        oln.append(ln)
+                        osp.append(sp)
+                        ots.append(t if v is None else v)
+                        continue
+                    text, partial = s[8:k - 2], False
                 else:
+                    body = s[8:k]
                     try:
                         text = json.loads('"' + body + '"')
                     except ValueError:
@@ -725,8 +733,10 @@ class _HardWrap(_Layer):
         self.held: list | None = None               # [parts, ln, span, ts, physical lines]
 
     def run(self, it: _Items, final: bool) -> _Items:
-        out = _Items()
         w = self.width
+        if w <= 0:                                  # no width, no wrap
+            return it
+        out = _Items()
         held = self.held
         emit = self._emit
         for s, ln, sp, t in it:
@@ -1029,8 +1039,13 @@ class EnvelopeStack:
     def record_start(self) -> re.Pattern[bytes]:
         """A line that starts a payload record behind this envelope, with its leading newline: the
         chunk reader cuts chunks just before one (so multi-line records stay whole)."""
-        prefix = self.prefix_pattern().replace("\\u2502", "\\xe2\\x94\\x82")   # '│' as its UTF-8 bytes
-        return re.compile(b"\n" + prefix.encode("ascii", "backslashreplace") + PAYLOAD_HEAD.encode("ascii"))
+        return _record_start(self)
+
+
+@lru_cache(maxsize=64)
+def _record_start(stack: EnvelopeStack) -> re.Pattern[bytes]:
+    prefix = stack.prefix_pattern().replace("\\u2502", "\\xe2\\x94\\x82")   # '│' as its UTF-8 bytes
+    return re.compile(b"\n" + prefix.encode("ascii", "backslashreplace") + PAYLOAD_HEAD.encode("ascii"))
 
 
 NONE = EnvelopeStack()
