@@ -7,7 +7,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .analysis import findings as findings_mod
 from .analysis.rules import Rule, load_rules
@@ -16,6 +16,9 @@ from .ingest.pipeline import IngestResult, ingest_paths
 from .readers.layout import Workspace
 from .store import Store
 from .terminal_progress import ProgressBar
+
+if TYPE_CHECKING:
+    from .capture.collect import CaptureResult
 
 
 @dataclass
@@ -79,6 +82,23 @@ def migrate(db: Path) -> tuple[int | None, int]:
         raise InputError(f"no database at {db}")
     with Store(db) as store:
         return store.opened_at_version, SCHEMA_VERSION
+
+
+@translate_disk_errors
+def capture(pid: int | None = None, port: int | None = None, match: str | None = None,
+            output: Path | None = None, repeat: int = 1, interval_s: float = 3.0, native: bool = False,
+            logs: list[Path] | None = None, log_lines: int = 20000, timeout_s: float = 120.0,
+            name: str | None = None, pyspy: str | None = None,
+            argv: list[str] | None = None) -> CaptureResult:
+    """Snapshot a hung engine's process tree (py-spy of every process at once, /proc facts, GPU samples, log
+    tails) into one bundle ``report`` reads; read-only on the target.  What could not be captured is in the
+    result's ``manifest.failures``, and the bundle is written anyway."""
+    from .capture import CaptureRequest, capture_engine  # psutil and friends only for this command
+
+    return capture_engine(CaptureRequest(
+        pid=pid, port=port, match=match, output=output, repeat=repeat, interval_s=interval_s, native=native,
+        logs=tuple(logs or ()), log_lines=log_lines, timeout_s=timeout_s, name=name, pyspy=pyspy,
+        argv=tuple(argv or ())))
 
 
 def rules() -> list[Rule]:

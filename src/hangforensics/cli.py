@@ -182,6 +182,54 @@ def migrate(db: Annotated[Path, typer.Option("--db", help="DuckDB file.")] = DEF
                err=True)
 
 
+@app.command()
+def capture(
+    pid: Annotated[int | None, typer.Option(
+        "--pid", help="Any pid of the engine's tree (walked up to its root).")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="A TCP port the engine listens on.")] = None,
+    match: Annotated[str | None, typer.Option(
+        "--match", help="Regex over process titles / command lines.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Bundle to write (default: "
+                                                "hangforensics-capture-<host>-<UTC time>.tar.gz).")] = None,
+    repeat: Annotated[int, typer.Option("--repeat", help="Snapshot rounds (stuck vs slow).")] = 1,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between rounds.")] = 3.0,
+    native: Annotated[bool, typer.Option("--native", help="py-spy --native: C/C++ frames too.")] = False,
+    logs: Annotated[list[Path] | None, typer.Option(
+        "--logs", help="A log file or folder to tail (repeatable); default: the files the engine's "
+                       "stdout/stderr go to.")] = None,
+    log_lines: Annotated[int, typer.Option(
+        "--log-lines", help="Lines kept from the end of each log.")] = 20000,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds the rounds may take in all.")] = 120.0,
+    name: Annotated[str | None, typer.Option(
+        "--name", help="Engine folder name (default <host>-<root pid>).")] = None,
+    pyspy: Annotated[str | None, typer.Option(
+        "--py-spy", help="py-spy executable (default: $HANGFORENSICS_PYSPY, PATH, then the one installed "
+                         "with hangforensics).")] = None,
+) -> None:
+    """On the host of a hung engine: snapshot every process of its tree at the same moment into one bundle.
+
+    py-spy dumps of every process in parallel, state, CPU time, kernel wait (wchan), GPU samples, log tails.
+
+    Read-only on the target. What could not be captured is said, one line each; the bundle is still written.
+
+    Runbook: capture, then restart the engine, then 'hangforensics report BUNDLE'.
+    """
+    from . import api
+
+    res = api.capture(pid=pid, port=port, match=match, output=output, repeat=repeat, interval_s=interval,
+                      native=native, logs=logs, log_lines=log_lines, timeout_s=timeout, name=name,
+                      pyspy=pyspy, argv=["hangforensics", *sys.argv[1:]])
+    m = res.manifest
+    for f in m.failures:
+        typer.echo(f"hangforensics: not captured: {f.reason}", err=True)
+    ranks = sum(1 for p in m.processes if p.rank)
+    spread = "" if res.max_spread_s is None else f", dumps started within {res.max_spread_s * 1000:.0f} ms"
+    typer.echo(f"{res.path}: {len(m.processes)} process(es), {ranks} rank(s), {len(m.rounds)} round(s), "
+               f"{res.dumps_ok}/{res.dumps_total} dump(s){spread}, {len(m.logs)} log(s), {res.seconds:.1f} s"
+               f"{f'; {len(m.failures)} thing(s) not captured' if m.failures else ''}", err=True)
+    typer.echo(str(res.path))
+
+
 @app.command("rules")
 def rules_cmd() -> None:
     """List the rules with their ids, severities and one-line descriptions."""
