@@ -24,7 +24,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from hangforensics.readers.evidence import detect_kind
 
 from hangforensics.capture import ManifestError, read_manifest
 from hangforensics.capture.discover import classify, label_of, redact
@@ -42,6 +41,7 @@ from hangforensics.capture.manifest import (
     ToolInfo,
 )
 from hangforensics.capture.tools import find_pyspy
+from hangforensics.readers.kinds import detect_kind
 
 TARGETS = Path(__file__).with_name("capture_targets.py")
 PYSPY = find_pyspy().path
