@@ -38,12 +38,14 @@ def ingest(paths: list[Path], db: Path, mode: str = "auto", progress: ProgressBa
 
 
 @translate_disk_errors
-def analyze(db: Path) -> dict[str, Any]:
-    """Run every rule over the database; store and return the findings document."""
+def analyze(db: Path, show_payloads: bool = False) -> dict[str, Any]:
+    """Run every rule over the database; store and return the findings document (request payloads
+    redacted in it and in the stored findings / summaries unless ``show_payloads``)."""
     if not Path(db).exists():
         raise InputError(f"no database at {db}: run 'hangforensics ingest' first")
     with Store(db) as store:
-        return findings_mod.document(findings_mod.run_rules(store))
+        found = findings_mod.run_rules(store, show_payloads=show_payloads)
+        return findings_mod.document(found, findings_mod.stored_summaries(store))
 
 
 @translate_disk_errors
@@ -51,7 +53,8 @@ def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None 
            progress: ProgressBar | None = None, show_payloads: bool = False) -> ReportResult:
     """Postmortem in one step: ingest PATH, run the rules, write the HTML (and the findings JSON).
 
-    The HTML redacts request payloads (prompts, token ids) unless ``show_payloads``; the database keeps them.
+    The HTML, the findings document and the findings / engine_summaries tables redact request payloads
+    (prompts, token ids) unless ``show_payloads``; the evidence tables keep them.
     """
     from .report.html import render_report  # rendering stays in the report layer
 
@@ -64,8 +67,8 @@ def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None 
             results = ingest_paths(store, [Path(path)], mode=mode, progress=progress, workspace=ws,
                                    jobs=os.cpu_count() or 1, hold_live_tail=False)
             engines = [e for r in results for e in r.engines]
-            found = findings_mod.run_rules(store, engines=engines)
-            doc = findings_mod.document(found)
+            found = findings_mod.run_rules(store, engines=engines, show_payloads=show_payloads)
+            doc = findings_mod.document(found, findings_mod.stored_summaries(store, engines))
             html = render_report(store, engines, found, title_path=str(path), show_payloads=show_payloads)
     _write_text(out, html)
     if json_out:

@@ -91,17 +91,22 @@ def analyze(
     db: Annotated[Path, typer.Option("--db", help="DuckDB file.")] = DEFAULT_DB,
     as_json: Annotated[bool, typer.Option("--json", help="Print the findings document on stdout.")] = False,
     fail_on: Annotated[str | None, typer.Option("--fail-on", help="Exit 1 on a finding this severe or worse.")] = None,
+    show_payloads: Annotated[bool, typer.Option(
+        "--show-payloads", help="Keep request payloads (prompts, token ids) in findings and summaries "
+                                "(default: redacted).")] = False,
 ) -> None:
-    """Run every rule over what is ingested and store the findings."""
+    """Run every rule over what is ingested and store the findings and engine summaries."""
     from . import api
 
-    doc = api.analyze(db)
+    doc = api.analyze(db, show_payloads=show_payloads)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         for f in doc["findings"]:
             ranks = ",".join(f["ranks"]) if f["ranks"] else "-"
             typer.echo(f"{f['severity']:<8} {f['rule']:<20} {f['engine']:<28} {f['ts'] or '-':<19} {ranks}  {f['title']}")
+        for e in doc["engines"]:
+            typer.echo(f"{'summary':<8} {'':<20} {e['engine']:<28} {'':<19} -  {e['verdict']}")
     _fail_on_exit(doc, fail_on)
 
 

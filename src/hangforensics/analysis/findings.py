@@ -10,6 +10,7 @@ import duckdb
 from .. import __version__
 from ..errors import RuleError
 from ..ranks import rank_key
+from ..redaction import redact_payloads
 from ..store import Store
 from .rules import SEVERITY_RANK, Rule, load_rules
 
@@ -20,12 +21,15 @@ def iso(ts: datetime | None) -> str | None:
     return ts.strftime("%Y-%m-%dT%H:%M:%S") + (f".{ts.microsecond // 1000:03d}" if ts.microsecond else "")
 
 
-def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] | None = None) -> list[dict[str, Any]]:
-    """Rebuild the derived models, run every rule, store and return the findings."""
+def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] | None = None,
+              show_payloads: bool = False) -> list[dict[str, Any]]:
+    """Rebuild the derived models, run every rule, store and return the findings, and summarise every
+    engine (``engine_summaries``).  Request payloads in titles, details and summaries are redacted
+    unless ``show_payloads`` (the evidence views keep what the files say)."""
     rules = rules if rules is not None else load_rules()
     if engines is None:
         engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
-    from . import collectives, probes, signatures, stackclasses, stalls  # the models: imports stay cheap
+    from . import collectives, probes, signatures, stackclasses, stalls, summaries  # imports stay cheap
 
     with store.transaction():
         probes.rebuild(store, engines)
@@ -33,37 +37,58 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
         collectives.rebuild(store, engines)
         stackclasses.rebuild(store, engines)
         signatures.rebuild(store, engines)
-        found: list[dict[str, Any]] = []
-        for rule in rules:
-            try:
-                rows = store.query(f"SELECT * FROM ({rule.sql}) WHERE list_contains(?, engine)", [engines])
-            except duckdb.Error as e:
-                raise RuleError(f"rule {rule.id} failed: {str(e).splitlines()[0]}") from e
-            for r in rows:
-                evidence = [ev for ev in (r.get("evidence") or []) if ev and ev.get("file")]
-                seen = set()
-                uniq = []
-                for ev in evidence:
-                    k = (ev["file"], ev.get("line"))
-                    if k not in seen:
-                        seen.add(k)
-                        uniq.append({"file": ev["file"], "line": ev.get("line")})
-                found.append({
-                    "rule": rule.id, "severity": rule.severity, "engine": r["engine"],
-                    "ranks": sorted(set(r.get("ranks") or []), key=rank_key),
-                    "ts": r.get("ts"), "ts_end": r.get("ts_end"),
-                    "title": r.get("title") or rule.title, "detail": r.get("detail") or "",
-                    "evidence": uniq, "signature": r.get("signature"),
-                    "count": int(r.get("count") or 1), "ts_basis": r.get("ts_basis") or "read",
-                })
+        found = [_finding(rule, r, show_payloads) for rule in rules for r in _rule_rows(store, rule, engines)]
         found.sort(key=lambda f: (f["engine"], SEVERITY_RANK[f["severity"]], f["ts"] or datetime.max, f["rule"]))
         store.con.execute("DELETE FROM findings WHERE list_contains(?, engine)", [engines])
         base = store.scalar("SELECT COALESCE(MAX(finding_id), 0) FROM findings")
         store.append("findings", [dict(f, finding_id=base + i + 1) for i, f in enumerate(found)])
+        summaries.rebuild(store, engines, show_payloads)
         # the findings now reflect the engines' data as of this transaction
         store.con.execute("UPDATE engine_state SET analyzed_version = data_version WHERE list_contains(?, engine)",
                           [engines])
+        store.con.execute("INSERT OR REPLACE INTO meta VALUES ('payloads', ?)",
+                          ["shown" if show_payloads else "redacted"])
     return found
+
+
+def _rule_rows(store: Store, rule: Rule, engines: list[str]) -> list[dict[str, Any]]:
+    try:
+        return store.query(f"SELECT * FROM ({rule.sql}) WHERE list_contains(?, engine)", [engines])
+    except duckdb.Error as e:
+        raise RuleError(f"rule {rule.id} failed: {str(e).splitlines()[0]}") from e
+
+
+def _finding(rule: Rule, r: dict[str, Any], show_payloads: bool) -> dict[str, Any]:
+    """One finding from a rule's row: evidence deduplicated, defaults for count and ts_basis, request
+    payloads quoted in title or detail redacted."""
+    seen: set[tuple] = set()
+    uniq = []
+    for ev in r.get("evidence") or []:
+        if ev and ev.get("file") and (ev["file"], ev.get("line")) not in seen:
+            seen.add((ev["file"], ev.get("line")))
+            uniq.append({"file": ev["file"], "line": ev.get("line")})
+    title, detail = r.get("title") or rule.title, r.get("detail") or ""
+    if not show_payloads:
+        title, detail = redact_payloads(title), redact_payloads(detail)
+    return {
+        "rule": rule.id, "severity": rule.severity, "engine": r["engine"],
+        "ranks": sorted(set(r.get("ranks") or []), key=rank_key), "ts": r.get("ts"), "ts_end": r.get("ts_end"),
+        "title": title, "detail": detail, "evidence": uniq, "signature": r.get("signature"),
+        "count": int(r.get("count") or 1), "ts_basis": r.get("ts_basis") or "read",
+    }
+
+
+def payloads_mode(store: Store) -> str | None:
+    """How the stored findings were written: 'shown' or 'redacted' (None before any analyze)."""
+    return store.scalar("SELECT value FROM meta WHERE key = 'payloads'")
+
+
+def stored_summaries(store: Store, engines: list[str] | None = None) -> list[dict[str, Any]]:
+    rows = store.query("SELECT * FROM engine_summaries ORDER BY engine")
+    rows = [r for r in rows if engines is None or r["engine"] in engines]
+    for r in rows:
+        r["files"] = dict(r["files"] or {})
+    return rows
 
 
 def stored_findings(store: Store) -> list[dict[str, Any]]:
@@ -71,8 +96,11 @@ def stored_findings(store: Store) -> list[dict[str, Any]]:
     return rows
 
 
-def document(findings: list[dict[str, Any]]) -> dict[str, Any]:
-    """The findings document: JSON-ready, ts as ISO-8601 without zone."""
+def document(findings: list[dict[str, Any]], engines: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The findings document: JSON-ready, ts as ISO-8601 without zone; ``engines`` are engine_summaries
+    rows (one ``engines[]`` entry each)."""
+    from .summaries import engine_json
+
     out = []
     for f in findings:
         out.append({
@@ -82,4 +110,5 @@ def document(findings: list[dict[str, Any]]) -> dict[str, Any]:
             "signature": f.get("signature"), "count": int(f.get("count") or 1),
             "ts_basis": f.get("ts_basis") or "read",
         })
-    return {"tool": "hangforensics", "version": __version__, "findings": out}
+    return {"tool": "hangforensics", "version": __version__, "findings": out,
+            "engines": [engine_json(e) for e in engines or []]}

@@ -102,18 +102,21 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
         engines = sorted({f.engine for f in files} | {r["engine"] for r in store.query(
             "SELECT DISTINCT engine FROM sources WHERE starts_with(abs_path, ?)", [prefix])})
         res = ingest_files(store, root, files, progress, jobs=jobs, vanish_engines=engines)
-        stale = [r["engine"] for r in store.query(
-            "SELECT s.engine FROM (SELECT DISTINCT engine FROM sources) s LEFT JOIN engine_state e USING (engine) "
-            "WHERE e.engine IS NULL OR e.analyzed_version < e.data_version ORDER BY 1")]
         from ..analysis import findings as findings_mod  # rules and models load only when something changed
         from ..analysis import incidents as incidents_mod
 
+        stale = [r["engine"] for r in store.query(
+            "SELECT s.engine FROM (SELECT DISTINCT engine FROM sources) s LEFT JOIN engine_state e USING (engine) "
+            "WHERE e.engine IS NULL OR e.analyzed_version < e.data_version ORDER BY 1")]
+        if findings_mod.payloads_mode(store) not in (None, "shown" if show_payloads else "redacted"):
+            # the stored findings were written with the other payload setting: every engine is rewritten
+            stale = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
         if stale:
-            findings_mod.run_rules(store, engines=stale)
+            findings_mod.run_rules(store, engines=stale, show_payloads=show_payloads)
             with store.transaction():
                 incidents_mod.rebuild(store, stale, scan_id)
         found = findings_mod.stored_findings(store)
-        doc = findings_mod.document(found)
+        doc = findings_mod.document(found, findings_mod.stored_summaries(store))
         incidents = store.query("SELECT * FROM incidents ORDER BY onset DESC NULLS LAST, engine")
         doc["incidents"] = [_incident_json(i, scan_id) for i in incidents]
         written = 0

@@ -28,6 +28,7 @@ from .. import __version__
 from ..analysis.findings import iso
 from ..analysis.probes import PROBE_PATHS
 from ..analysis.rules import SEVERITIES, load_rules
+from ..analysis.stackclasses import compact_ranks
 from ..ranks import rank_key
 from ..readers.logfile import iter_chunks
 from ..redaction import redact_payloads, shorten
@@ -308,7 +309,8 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
             "SELECT attrs FROM events WHERE engine = ? AND kind IN ('server_args', 'environment') ORDER BY ts",
             [engine])
         sections.append({
-            "engine": engine, "verdict": verdict(engine, fs, stall), "by_severity": by_sev, "stall": stall,
+            "engine": engine, "summary": _summary(store, engine, show_payloads),
+            "verdict": verdict(engine, fs, stall) if fs else [], "by_severity": by_sev, "stall": stall,
             "freeze": freeze, "timeline": timeline(store, engine, stall, freeze, fs), "sources": sources,
             "herrings": [i for i in items if i["rule"] == "busy-leak-report"],
             "critical": sum(1 for f in fs if f["severity"] == "critical"), "n_findings": len(fs),
@@ -319,6 +321,23 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
         sections=sections, title_path=title_path, version=__version__, csp=REPORT_CSP,
         payloads_shown=show_payloads, generated=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
     )
+
+
+def _summary(store: Store, engine: str, show_payloads: bool) -> dict[str, Any] | None:
+    """The engine's summary (analysis/summaries.py) with its parts worded for the page."""
+    rows = store.query("SELECT * FROM engine_summaries WHERE engine = ?", [engine])
+    if not rows:
+        return None
+    s = rows[0]
+    files = dict(s["files"] or {})
+    a, b = s["span_start"], s["span_end"]
+    return {
+        **s, "verdict": _shown(s["verdict"], show_payloads),
+        "facts": [_shown(f, show_payloads) for f in (s["facts"] or [])],
+        "files_text": ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(files.items())) + " file(s)",
+        "ranks_text": compact_ranks(list(s["ranks"] or [])) if s["ranks"] else "",
+        "span_text": f"from {a:%Y-%m-%d %H:%M:%S} to {b:%Y-%m-%d %H:%M:%S}" if a and b else "",
+    }
 
 
 def render_incident(store: Store, incident: dict[str, Any], show_payloads: bool = False) -> str:
@@ -355,6 +374,15 @@ def render_fleet_index(store: Store, scan_id: int, show_payloads: bool = False) 
         "SELECT engine, count(*) AS incidents, max(health_blind_s) AS longest_s FROM incidents "
         "WHERE health_blind_s IS NOT NULL GROUP BY engine ORDER BY longest_s DESC")
     facts = shared_facts(store)
+    # never silent: engines with nothing found whose evidence could not have shown a hang
+    thin = store.query(
+        "SELECT s.engine, s.verdict, s.capture_next FROM engine_summaries s WHERE s.thin "
+        "AND s.engine NOT IN (SELECT engine FROM incidents) ORDER BY s.engine")
+    for t in thin:
+        t["verdict"] = _shown(t["verdict"], show_payloads)
+    verdicts = {r["engine"]: _shown(r["verdict"], show_payloads)
+                for r in store.query("SELECT engine, verdict FROM engine_summaries")}
+    engines = [{**e, "verdict": verdicts.get(e["engine"], "")} for e in engines]
     scan = store.query("SELECT * FROM scans WHERE scan_id = ?", [scan_id])
     prev = store.query("SELECT * FROM scans WHERE scan_id < ? AND finished_at IS NOT NULL ORDER BY scan_id DESC "
                        "LIMIT 1", [scan_id])
@@ -369,7 +397,7 @@ def render_fleet_index(store: Store, scan_id: int, show_payloads: bool = False) 
     return env.get_template("fleet.html.j2").render(
         csp=script_csp(script), payloads_shown=show_payloads,
         incidents=rows, engines=engines, per_day=per_day, recurrence=recurrence, signatures=signatures,
-        blind=blind, facts=facts, scan=scan[0] if scan else None, prev=prev[0] if prev else None,
+        blind=blind, facts=facts, thin=thin, scan=scan[0] if scan else None, prev=prev[0] if prev else None,
         n_new=sum(1 for r in rows if r["new"]), version=__version__,
         generated=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
         kills=sum(i["watchdog_kills"] or 0 for i in incidents),

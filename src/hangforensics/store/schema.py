@@ -343,7 +343,8 @@ TABLES: dict[str, str] = {
         files MAP(VARCHAR, INTEGER),    -- files read, by kind
         unparsed_lines BIGINT,          -- lines no parser took
         capture_next VARCHAR[],         -- evidence to capture next time, specific to what is missing
-        facts VARCHAR[]                 -- the strongest facts seen, one sentence each
+        facts VARCHAR[],                -- the strongest facts seen, one sentence each
+        thin BOOLEAN                    -- nothing found, and the evidence could not have shown a hang (no progress line, or nothing this tool reads)
     """,
 }
 
