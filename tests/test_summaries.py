@@ -1,0 +1,83 @@
+"""Never silent (interface.md §3 engines[], §4 engine_summaries, §5): every engine read is summarised
+with a true verdict and what to capture next; request text is redacted in every output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+from conftest import LogWriter
+from test_report_safety import PROMPT, TOKEN, _payload_engine, open_page, quoting_rules  # noqa: F401 (fixtures)
+
+from hangforensics import api
+
+
+def _doc(folder: Path, tmp_path: Path, **kw) -> dict:
+    res = api.report(folder, tmp_path / f"{folder.name}.html", json_out=tmp_path / f"{folder.name}.json", **kw)
+    return json.loads(res.json.read_text())
+
+
+def test_an_idle_engine_with_no_finding_still_gets_a_true_verdict_and_capture_next(tmp_path: Path):
+    log = LogWriter()
+    log.startup().traffic(10, 200).probes(210, 900)
+    doc = _doc(log.write(tmp_path / "quiet"), tmp_path)
+    assert doc["findings"] == []
+    (eng,) = doc["engines"]
+    assert eng["engine"] == "quiet"
+    assert eng["verdict"].startswith("Idle since 10:03:20")          # the last batch line
+    assert eng["span"] == ["2026-05-01T10:00:00", "2026-05-01T10:15:00"]
+    assert eng["files"] == {"server_log": 1} and eng["unparsed_lines"] == 0
+    assert "TP0" in eng["ranks"] and eng["capture_next"]
+
+
+def test_torch_timeouts_from_half_the_ranks_ask_for_the_missing_ranks(tmp_path: Path):
+    log = LogWriter(tp=8)
+    log.startup().traffic(10, 120).posts(122, 800)
+    for r in (0, 1, 2, 3):                                       # one node's stderr only
+        log.nccl_timeout(720, r)
+    doc = _doc(log.write(tmp_path / "half"), tmp_path)
+    rules = {f["rule"] for f in doc["findings"]}
+    assert "first-rank-stopped" not in rules                     # four absent of eight: not "one stopped first"
+    (eng,) = doc["engines"]
+    assert any("timeout lines of ranks 4, 5, 6, 7" in c for c in eng["capture_next"])
+
+
+def test_a_watchdog_only_paste_shows_the_group_freeze_and_asks_for_stacks_and_the_log(tmp_path: Path, open_page):  # noqa: F811
+    eng = tmp_path / "wd-only"
+    eng.mkdir()
+    (eng / "wd.txt").write_text("".join(
+        f"[2025-08-06 13:19:59 TP{r}] Watchdog timeout (self.watchdog_timeout=300)\n\n" for r in range(8)))
+    res = api.report(eng, tmp_path / "wd.html", json_out=tmp_path / "wd.json")
+    doc = json.loads(res.json.read_text())
+    assert {f["rule"] for f in doc["findings"]} >= {"all-ranks-frozen", "watchdog-kill"}
+    (summary,) = doc["engines"]
+    assert "all 8 ranks froze together" in summary["verdict"]
+    nxt = " ".join(summary["capture_next"])
+    assert "py-spy dump --native of every scheduler rank" in nxt and "server log from before the watchdog" in nxt
+    page, _ = open_page(tmp_path / "wd.html")
+    assert "froze together" in page.locator("#verdict p.headline").inner_text()
+    items = page.locator("ol[data-capture-next] li")
+    assert items.count() >= 2 and "py-spy" in items.all_inner_texts()[0] + items.all_inner_texts()[1]
+
+
+def _canary_everywhere(tmp_path: Path, show: bool) -> list[str]:
+    """Every output of a report run, as text: the findings document, the findings and summaries tables."""
+    db = tmp_path / ("shown.duckdb" if show else "redacted.duckdb")
+    doc = _doc(_payload_engine(tmp_path / ("s" if show else "r")), tmp_path, db=db, show_payloads=show)
+    con = duckdb.connect(str(db), read_only=True)
+    tables = [str(con.execute(f"SELECT * FROM {t}").fetchall()) for t in ("findings", "engine_summaries")]
+    evidence = str(con.execute("SELECT message FROM events WHERE message LIKE 'Receive:%'").fetchall())
+    con.close()
+    return [json.dumps(doc), *tables, evidence]
+
+
+def test_request_text_is_redacted_in_json_and_tables_unless_show_payloads(tmp_path: Path, quoting_rules):  # noqa: F811
+    doc, findings, summaries, evidence = _canary_everywhere(tmp_path, show=False)
+    assert "request-in-flight" in doc                             # the quoting rule fired ...
+    for out in (doc, findings, summaries):                        # ... and nothing it quoted leaks
+        assert PROMPT not in out and TOKEN not in out
+    assert "payload redacted" in doc
+    assert PROMPT in evidence                                     # the evidence views keep what the files say
+    doc, findings, summaries, _ = _canary_everywhere(tmp_path, show=True)
+    assert PROMPT in doc and PROMPT in findings
