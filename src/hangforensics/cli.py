@@ -261,6 +261,8 @@ def _root(
 def main() -> None:
     try:
         rc = app(standalone_mode=False)
+        if rc == 130:                 # typer turns Ctrl-C into this exit code, silently
+            raise KeyboardInterrupt
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except HangforensicsError as e:

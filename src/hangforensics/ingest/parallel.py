@@ -3,11 +3,15 @@ IPC and loaded by the one DuckDB writer in file order."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -68,14 +72,14 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar):
     """Parse files (and byte ranges of large logs) in worker processes, each spilling its row batches as
     Arrow IPC files; load them here in file order: DuckDB has one writer, and loading overlaps parsing."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
-    ctx = multiprocessing.get_context("spawn")     # polars' threads do not survive fork
     try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        with worker_pool(jobs) as pool:
             submitted = []
-            for i, p in enumerate(work):
-                pieces = split_job(p.job(), jobs * 2) if splittable(p) else [p.job()]
-                submitted.append((p, [pool.submit(parse_to_ipc, j, str(tmp / f"f{i}-{k}"))
-                                      for k, j in enumerate(pieces)]))
+            with _workers_ignore_ctrl_c():         # workers start on submit: Ctrl-C is the parent's to handle
+                for i, p in enumerate(work):
+                    pieces = split_job(p.job(), jobs * 2) if splittable(p) else [p.job()]
+                    submitted.append((p, [pool.submit(parse_to_ipc, j, str(tmp / f"f{i}-{k}"))
+                                          for k, j in enumerate(pieces)]))
             # whole small files as they finish; the ranges of a split log in order
             pending = {futs[0]: (p, futs) for p, futs in submitted if len(futs) == 1}
             for fut in as_completed(pending):
@@ -87,6 +91,56 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar):
                     yield p, load_file(store, p, _read_ranges(futs))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def worker_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
+    """A pool of parser processes that leaves nothing behind: on success every worker is joined; on an
+    error, Ctrl-C or an abandoned ingest the workers are terminated first; and the resource tracker that
+    the spawn start method starts is stopped too (a nightly cron job must not leave processes)."""
+    ctx = multiprocessing.get_context("spawn")     # polars' threads do not survive fork
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+    clean = False
+    try:
+        yield pool
+        clean = True
+    finally:
+        if not clean:
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                with contextlib.suppress(Exception):
+                    proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+        # the pool's queues hold named semaphores: release them before the tracker that watches them goes
+        for name in ("_call_queue", "_result_queue", "_executor_manager_thread_wakeup"):
+            if hasattr(pool, name):
+                setattr(pool, name, None)
+        gc.collect()
+        stop_resource_tracker()
+
+
+@contextlib.contextmanager
+def _workers_ignore_ctrl_c() -> Iterator[None]:
+    """Ignore SIGINT while worker processes start: they inherit it, so a Ctrl-C (sent to the whole process
+    group) stops the parent alone, which then terminates them, instead of every worker printing a traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def stop_resource_tracker() -> None:
+    """Stop multiprocessing's resource tracker process (it would otherwise live as long as we do)."""
+    from multiprocessing import resource_tracker
+
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    stop = getattr(tracker, "_stop", None)
+    if stop is not None:
+        with contextlib.suppress(Exception):
+            stop()
 
 
 def _read_ranges(futures: list) -> Iterator[tuple[str, Any]]:

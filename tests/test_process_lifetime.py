@@ -1,0 +1,92 @@
+"""No process outlives a command: parser workers and multiprocessing's resource tracker are reaped on
+success, on error, on Ctrl-C, and nothing is started when a second scan is refused."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import REPO, small_fleet
+
+import hangforensics.ingest.parallel as parallel
+import hangforensics.ingest.pipeline as pipeline
+from hangforensics import api
+
+# Run the CLI with the parallel thresholds lowered, so a few-MB log goes through the worker pool.
+CLI = ("import sys, hangforensics.ingest.pipeline as p, hangforensics.ingest.parallel as q; "
+       "p.PARALLEL_MIN_BYTES = q.SPLIT_MIN_BYTES = 1024; from hangforensics.cli import main; "
+       "sys.argv = ['hangforensics', *sys.argv[1:]]; main()")
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory) -> Path:
+    eng = tmp_path_factory.mktemp("lifetime") / "eng"
+    eng.mkdir()
+    subprocess.run([sys.executable, str(REPO / "bench" / "generate.py"), "big", str(eng / "server.log"), "--mb", "12"],
+                   check=True)
+    return eng
+
+
+def session_processes(sid: int) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (ProcessLookupError, psutil.Error, PermissionError):
+            continue
+    return out
+
+
+def run_cli(*args: str, interrupt_after_workers: bool = False) -> tuple[int, str, list[psutil.Process]]:
+    proc = subprocess.Popen([sys.executable, "-c", CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    if interrupt_after_workers:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(psutil.Process(proc.pid).children()) < 2:
+            time.sleep(0.05)
+        assert psutil.Process(proc.pid).children(), "the worker pool never started"
+        os.killpg(proc.pid, signal.SIGINT)        # as a terminal does: the whole process group
+    _, err = proc.communicate(timeout=120)
+    time.sleep(0.3)                              # orphans would still be there: nothing reaps them for us
+    return proc.returncode, err, session_processes(proc.pid)
+
+
+def test_library_ingest_leaves_no_child_process(big_log: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(pipeline, "PARALLEL_MIN_BYTES", 1024)
+    monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1024)
+    results = api.ingest([big_log], tmp_path / "db.duckdb", jobs=2)
+    assert results[0].files_read == 1
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_cli_ingest_leaves_no_process_in_its_session(big_log: Path, tmp_path: Path):
+    rc, err, left = run_cli("ingest", str(big_log), "--db", str(tmp_path / "db.duckdb"), "--jobs", "2")
+    assert rc == 0, err
+    assert left == []
+
+
+def test_ctrl_c_stops_the_ingest_and_its_workers(big_log: Path, tmp_path: Path):
+    rc, err, left = run_cli("ingest", str(big_log), "--db", str(tmp_path / "db.duckdb"), "--jobs", "2",
+                            interrupt_after_workers=True)
+    assert rc == 130, (rc, err)
+    assert err.strip().splitlines()[-1] == "hangforensics: interrupted"
+    assert "Traceback" not in err
+    assert left == []
+
+
+def test_a_refused_second_scan_starts_nothing_and_leaves_nothing(tmp_path: Path):
+    from hangforensics.fleet.scan import ScanLock
+
+    fleet = small_fleet(tmp_path)
+    db = tmp_path / "fleet.duckdb"
+    with ScanLock(db):                           # a first scan holds the database
+        rc, err, left = run_cli("scan", str(fleet), "--db", str(db))
+    assert rc == 2 and "another scan is running" in err and len(err.strip().splitlines()) == 1
+    assert left == []
