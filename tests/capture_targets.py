@@ -10,6 +10,10 @@ registration path (the seed incident: no peer ever answers).  MODE ``desync``: T
 of the HiCache abort path (``_all_reduce_attn_groups``, here a ``time.sleep``) while the other ranks wait
 in the per-iteration ``recv_requests`` broadcast (a ``recvmsg``): ranks in different collectives.
 
+MODE ``idle``: TP0 loops in ``on_idle`` (a little CPU each turn, so it moves between snapshots) and never comes
+back to the ``recv_requests`` broadcast the other ranks wait in: one snapshot cannot tell this from a starving
+idle loop; repeated snapshots show TP1-3 unchanged while TP0 never returns (reference/incidents.md §2).
+
 With ``CAPTURE_VICTIM=TP<N>`` and ``CAPTURE_EXIT_FLAG=PATH`` that rank exits by itself as soon as PATH
 exists: a process that dies in the middle of a capture.  The server reaps its ranks (a thread per rank
 waits on it), so no zombie is left behind.
@@ -117,6 +121,21 @@ class Scheduler:
         self.signal_ready()
         self.run_batch()
 
+    def on_idle(self) -> None:
+        # ~40 % of a core: it runs, it is not blocked (and stays clearly above a blocked rank's CPU under load)
+        busy_until = time.monotonic() + 0.004
+        while time.monotonic() < busy_until:
+            pass
+        time.sleep(0.006)
+
+    def event_loop_idle(self) -> None:
+        log(f"TP{self.rank}", BATCH_LINE)
+        self.signal_ready()
+        if self.rank == 0:
+            while True:
+                self.on_idle()
+        self.recv_requests()
+
     def event_loop_overlap(self) -> None:
         log(f"TP{self.rank}", BATCH_LINE)
         self.signal_ready()
@@ -155,6 +174,8 @@ def run_rank(mode: str, rank: int, ready: Path) -> None:
     s = Scheduler(rank, mode, ready)
     if mode == "symm":
         s.event_loop_normal()
+    elif mode == "idle":
+        s.event_loop_idle()
     else:
         s.event_loop_overlap()
 

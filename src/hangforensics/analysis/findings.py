@@ -29,13 +29,15 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
     rules = rules if rules is not None else load_rules()
     if engines is None:
         engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
-    from . import collectives, probes, signatures, stackclasses, stalls, summaries  # imports stay cheap
+    # the models: imported here so that importing the findings module stays cheap
+    from . import collectives, probes, signatures, snapshots, stackclasses, stalls, summaries
 
     with store.transaction():
         probes.rebuild(store, engines)
         stalls.rebuild(store, engines)
         collectives.rebuild(store, engines)
         stackclasses.rebuild(store, engines)
+        snapshots.rebuild(store, engines)          # after the rank classes: it confirms or adds desyncs
         signatures.rebuild(store, engines)
         found = [_finding(rule, r, show_payloads) for rule in rules for r in _rule_rows(store, rule, engines)]
         found.sort(key=lambda f: (f["engine"], SEVERITY_RANK[f["severity"]], f["ts"] or datetime.max, f["rule"]))

@@ -8,8 +8,11 @@ and all given keys must hold:
 * ``min_fraction`` / ``max_fraction`` / ``min_ranks``: how many ranks of the
   capture must match;
 * ``blocked``: the matching ranks are stuck, i.e. the engine stalled (stalls
-  table) or the matching thread is idle in the dump (a healthy busy dump that
-  merely passes through the frame is not the hang);
+  table), or a capture bundle's /proc facts show the rank blocked (state S with
+  a kernel wait, or D; unchanged across repeated snapshots when there are
+  several), or, without such facts, the matching thread is idle in the dump (a
+  healthy busy dump that merely passes through the frame is not the hang; a
+  rank spinning at 100 % CPU, state R, is not blocked whatever py-spy's flag);
 * ``stalled``: the engine's log shows a stall (for frames a healthy engine also sits in: a pipeline
   stage's receive, a CUDA graph replay);
 * ``others_in_collective``: the ranks that do not match wait in a collective;
@@ -37,6 +40,7 @@ import tomllib
 from ..errors import RuleError
 from ..store import Store
 from .rules import rules_dir
+from .snapshots import snapshot_status
 from .stackclasses import captures, compact_ranks, main_stacks
 
 
@@ -93,6 +97,16 @@ class EngineEvidence:
     caps: list            # captures of main-thread stacks
     desync_caps: set[int]
     colls: dict
+    proc: dict = field(default_factory=dict)     # dump_id -> snapshot status (snapshot_facts)
+
+    def blocked(self, s: Any) -> bool:
+        """A rank stuck where its dump shows it: by the capture's /proc facts when there are any."""
+        status = self.proc.get(s.dump_id)
+        if status in ("stuck", "driver_wait", "blocked"):
+            return True
+        if status in ("spinning", "running", "moved", "gone"):
+            return False
+        return s.state == "idle"
 
 
 def engine_evidence(store: Store, engine: str) -> EngineEvidence:
@@ -101,7 +115,7 @@ def engine_evidence(store: Store, engine: str) -> EngineEvidence:
     desync = {r["capture"] for r in store.query("SELECT capture FROM desyncs WHERE engine = ?", [engine])}
     colls = {(r["capture"], r["rank"]): r for r in store.query(
         "SELECT capture, rank, collective FROM rank_collectives WHERE engine = ?", [engine])} if caps else {}
-    return EngineEvidence(stalled, caps, desync, colls)
+    return EngineEvidence(stalled, caps, desync, colls, snapshot_status(store, engine) if caps else {})
 
 
 def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | None = None) -> list[dict[str, Any]]:
@@ -132,7 +146,7 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
         if m.get("stalled") and not stalled:
             continue
         if m.get("blocked"):
-            matched = [s for s in matched if stalled or s.state == "idle"]
+            matched = [s for s in matched if stalled or ev.blocked(s)]
         n, total = len(matched), len(cap)
         if n < m.get("min_ranks", 1) or not total:
             continue
@@ -160,9 +174,9 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
                 continue
             detail += f" GPU utilisation while stalled: {mean:.0f} % on average over {n_samples} nvidia-smi samples."
         ts = max((s.ts for s in matched if s.ts), default=None)
-        ev = [{"file": s.path, "line": s.line} for s in matched[:8]]
-        ev += [{"file": r["path"], "line": r["line"]} for r in log_rows[:2]]
-        out.append(_row(engine, sig, ts, ranks, detail, ev))
+        cited = [{"file": s.path, "line": s.line} for s in matched[:8]]
+        cited += [{"file": r["path"], "line": r["line"]} for r in log_rows[:2]]
+        out.append(_row(engine, sig, ts, ranks, detail, cited))
     if not out and log_rows and m.get("log_alone", False):
         out.append(_row(engine, sig, log_rows[0]["ts"], [], f"log: {log_rows[0]['message'][:300]}",
                         [{"file": r["path"], "line": r["line"]} for r in log_rows[:8]]))

@@ -86,7 +86,7 @@ class RankStack:
     frames: list[dict[str, Any]]        # innermost first, as stored
     path: str
     line: int
-
+    pid: int | None = None
 
 
 def main_stacks(store: Store, engine: str) -> list[RankStack]:
@@ -109,7 +109,7 @@ def main_stacks(store: Store, engine: str) -> list[RankStack]:
             continue
         t = main[0]
         out.append(RankStack(t["rank"], t["dump_id"], t["ts"], t["thread_state"] or "", t["frames"], t["path"],
-                             t["line"]))
+                             t["line"], t["pid"]))
     return out
 
 

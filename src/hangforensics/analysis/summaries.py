@@ -19,6 +19,8 @@ from ..ranks import rank_key, rank_numbers
 from ..readers.kinds import STACK_KINDS as DUMP_KINDS
 from ..redaction import redact_payloads
 from ..store import Store
+from .capture_advice import next_capture_command
+from .snapshot_text import facts_in_words
 from .stackclasses import compact_ranks
 
 STACK_KINDS = (*DUMP_KINDS, "flight_recorder")
@@ -47,6 +49,7 @@ class Evidence:
     nccl_debug: int = 0
     world: int | None = None
     capture_cmd: str = ""
+    snapshots: list[str] = field(default_factory=list)   # what repeated capture snapshots show, in words
 
     def rules(self) -> set[str]:
         return {f["rule"] for f in self.findings}
@@ -115,7 +118,9 @@ def gather(store: Store, engine: str) -> Evidence:
     ev.nccl_debug = store.scalar("SELECT count(*) FROM events WHERE engine = ? AND kind = 'nccl_debug'", [engine]) or 0
     facts = store.query("SELECT tp_size, model FROM engine_facts WHERE engine = ?", [engine])
     ev.world = facts[0]["tp_size"] if facts else None
-    ev.capture_cmd = capture_command(store, engine)
+    ev.capture_cmd = next_capture_command(store, engine)
+    ev.snapshots = facts_in_words(store.query(
+        "SELECT * FROM snapshot_facts WHERE engine = ? AND status <> 'unknown'", [engine]))
     return ev
 
 
@@ -195,6 +200,8 @@ def _quiet_verdict(ev: Evidence) -> str:
         ranks = [r for r in t["ranks"] if r is not None]
         return (f"torch NCCL timeouts of collective SeqNum={t['seq']} {t['op'] or ''} from "
                 f"{len(ranks)} rank(s) ({', '.join(map(str, ranks))}); no log of the serving engine").replace("  ", " ")
+    if ev.snapshots:
+        return f"no stall in the log; the capture's snapshots: {ev.snapshots[0]}"
     if ev.stacks:
         colls = Counter(s["collective"] or "no collective" for s in ev.stacks)
         what = ", ".join(f"{n} in {c}" for c, n in colls.most_common(3))
@@ -228,6 +235,7 @@ def _facts(ev: Evidence) -> list[str]:
         colls = Counter((s["collective"] or "no collective", s["call_site"] or "") for s in ev.stacks)
         for (c, site), n in colls.most_common(2):
             facts.append(f"{n} rank(s) wait in {c}" + (f" from {site}" if site and c != "no collective" else "") + ".")
+    facts += [f"Capture snapshots: {s}" for s in ev.snapshots[:3]]
     probes = [p for p in ev.probes if p["basis"] == "behaviour"]
     if probes:
         facts.append(f"Liveness probe: {probes[0]['path']} ({probes[0]['n']} requests at a steady interval).")
@@ -235,16 +243,6 @@ def _facts(ev: Evidence) -> list[str]:
         facts.append(f"{ev.gpu_samples} nvidia-smi samples.")
     seen: set[str] = set()
     return [f for f in facts if not (f in seen or seen.add(f))]
-
-
-def capture_command(store: Store, engine: str) -> str:
-    """The ``hangforensics capture`` command for this engine, from what its logs say (port, model)."""
-    args = store.query(
-        "SELECT json_extract_string(attrs, '$.port') AS port, json_extract_string(attrs, '$.model_path') AS model "
-        "FROM events WHERE engine = ? AND kind = 'server_args' ORDER BY ts DESC LIMIT 1", [engine])
-    port = args[0]["port"] if args and args[0]["port"] else None
-    target = f"--port {port}" if port else "--pid <server pid>"
-    return f"hangforensics capture {target} --native --repeat 3 --interval 5"
 
 
 def capture_next(ev: Evidence) -> list[str]:

@@ -2,28 +2,33 @@
 
 Stages, one module each: :mod:`.discover` (the process tree, roles and ranks), :mod:`.snapshot`
 (one round: /proc facts, then py-spy on every process at once), :mod:`.collect` (rounds, GPU
-samples, log tails, tool versions), :mod:`.bundle` (the archive layout) and :mod:`.manifest` (the
-manifest's records, writer and :func:`read_manifest` for the ingest stage).
+samples, log tails, tool versions), :mod:`.bundle` (the archive layout), :mod:`.manifest` (the
+manifest's records, writer and :func:`read_manifest` for the ingest stage) and :mod:`.advice`
+(the exact ``hangforensics capture`` command to run next time).
+
+The names below load on first use: the ingest stage imports :mod:`.manifest` alone and must not
+pay for the process-tree machinery (psutil, py-spy lookup) on every report.
 """
 
 from __future__ import annotations
 
-from .collect import CaptureRequest, CaptureResult, capture_engine
-from .errors import CaptureError, ManifestError, NoEngineError
-from .manifest import (
-    DumpRecord,
-    Failure,
-    LogTail,
-    Manifest,
-    ProcessEntry,
-    ProcessFacts,
-    Round,
-    ToolInfo,
-    read_manifest,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "CaptureError", "CaptureRequest", "CaptureResult", "DumpRecord", "Failure", "LogTail", "Manifest",
-    "ManifestError", "NoEngineError", "ProcessEntry", "ProcessFacts", "Round", "ToolInfo", "capture_engine",
-    "read_manifest",
-]
+_WHERE = {
+    "CaptureRequest": "collect", "CaptureResult": "collect", "capture_engine": "collect",
+    "CaptureError": "errors", "ManifestError": "errors", "NoEngineError": "errors",
+    "DumpRecord": "manifest", "Failure": "manifest", "LogTail": "manifest", "Manifest": "manifest",
+    "ProcessEntry": "manifest", "ProcessFacts": "manifest", "Round": "manifest", "ToolInfo": "manifest",
+    "read_manifest": "manifest", "capture_command": "advice",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value          # later lookups skip this function
+    return value

@@ -188,7 +188,7 @@ def _stage_proc(o: RoundOutcome, tree: discover.EngineTree, staging: Staging) ->
         rows.append({"pid": f.pid, "label": p.label, "role": p.role, "rank": p.rank,
                      "taken": f.taken.isoformat() if f.taken else None, "gone": f.gone, "state": f.state,
                      "state_name": _state_name(f.state), "cpu_user_s": f.cpu_user_s,
-                     "cpu_system_s": f.cpu_system_s,
+                     "cpu_system_s": f.cpu_system_s, "main_cpu_s": f.main_cpu_s,
                      "wchan": f.wchan, "syscall": f.syscall, "threads": f.threads,
                      "thread_states": f.thread_states, "thread_wchans": f.thread_wchans,
                      "thread_list": o.thread_rows.get(f.pid, [])})

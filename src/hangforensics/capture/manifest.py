@@ -105,6 +105,7 @@ class ProcessFacts:
     threads: int | None = None
     thread_states: dict[str, int] = field(default_factory=dict)   # state letter -> threads
     thread_wchans: dict[str, int] = field(default_factory=dict)   # wchan -> threads
+    main_cpu_s: float | None = None   # the main thread's own CPU time (user + system); None in older manifests
 
     @property
     def cpu_s(self) -> float | None:

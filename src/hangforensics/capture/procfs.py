@@ -70,7 +70,7 @@ def syscall(pid: int) -> str | None:
 
 
 def threads_of(pid: int) -> list[dict[str, Any]]:
-    """Every thread (up to MAX_THREADS): tid, kernel name, state letter, wchan."""
+    """Every thread (up to MAX_THREADS): tid, kernel name, state letter, wchan, CPU seconds."""
     try:
         tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit())
     except OSError:
@@ -81,8 +81,10 @@ def threads_of(pid: int) -> list[dict[str, Any]]:
         if not st:
             continue                       # the thread ended while we listed
         comm = st[st.index("(") + 1: st.rindex(")")]
-        out.append({"tid": tid, "comm": comm, "state": st[st.rindex(")") + 2:].split()[0],
-                    "wchan": wchan(pid, tid)})
+        rest = st[st.rindex(")") + 2:].split()
+        # per thread: a rank's helper threads (NCCL watchdog, pollers) burn CPU while its main thread waits
+        cpu = round((int(rest[11]) + int(rest[12])) / CLOCK_TICKS, 2) if len(rest) > 12 else None
+        out.append({"tid": tid, "comm": comm, "state": rest[0], "wchan": wchan(pid, tid), "cpu_s": cpu})
     return out
 
 
@@ -104,9 +106,10 @@ def read_facts(pid: int, create_time: float | None,
         return ProcessFacts(pid, taken, gone=True, state=st["state"], cpu_user_s=st["utime"],
                             cpu_system_s=st["stime"], threads=st["threads"]), []
     rows = threads_of(pid) if with_threads else []
+    main_cpu = next((r["cpu_s"] for r in rows if r["tid"] == pid), None)
     return ProcessFacts(
         pid, taken, state=st["state"], cpu_user_s=round(st["utime"], 2), cpu_system_s=round(st["stime"], 2),
-        wchan=wchan(pid), syscall=syscall(pid), threads=st["threads"],
+        wchan=wchan(pid), syscall=syscall(pid), threads=st["threads"], main_cpu_s=main_cpu,
         thread_states=dict(Counter(r["state"] for r in rows)),
         thread_wchans=dict(Counter(r["wchan"] or "-" for r in rows)),
     ), rows

@@ -10,7 +10,7 @@ from typing import Any
 from ..parsers import faulthandler, gdb, gpu, native_trace, pyspy
 from ..parsers.capture_errors import capture_error_reason
 from ..parsers.stackrows import dump_rows, rank_from_place
-from ..readers.kinds import STACK_KINDS
+from ..readers.kinds import CAPTURE_KINDS, STACK_KINDS
 from ..readers.layout import EvidenceFile
 from ..readers.logfile import detect_compose, head_text, iter_chunks
 from ..store import LOADED_TABLES
@@ -36,6 +36,9 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
         yield from _parse_capture_error(f, out)
     elif job.kind == "gpu_samples":
         yield from _parse_gpu(f, out)
+    elif job.kind in CAPTURE_KINDS:
+        from .bundles import parse_bundle_json
+        yield from parse_bundle_json(f.engine, f.abs_path, f.rel_path, job.kind, out)
     elif job.kind == "unknown":
         yield from _parse_unknown(f, out)
         out.notes.extra.append(f"no known evidence format (not an SGLang/vLLM/torch log, stack dump or "
@@ -95,14 +98,19 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome) ->
     """A standalone stack dump: threads and frames; every line it does not consume is kept in ``unparsed``."""
     text_lines = _read_lines(f, out)
     dump = STACK_PARSERS[kind](text_lines, 1)
-    ts = datetime.fromtimestamp(mtime)           # captures carry no time of their own: the file's mtime
+    # captures carry no time of their own: a bundle's manifest says when each was taken, else the file's mtime
+    from .bundles import dump_time
+    ts = dump_time(f.abs_path, f.rel_path)
+    ts_basis = "manifest" if ts is not None else "mtime"
+    ts = ts or datetime.fromtimestamp(mtime)
     stacks: list[dict] = []
     frames: list[dict] = []
     # The file's place may name the rank (pyspy/rank3.txt) when the dump is of one process and
     # its title does not (JSON, gdb and faulthandler dumps carry no process title).
     one_process = len({p.pid for p in dump.processes}) <= 1 and not any(p.parent_pid for p in dump.processes)
     place_rank = (rank_from_place(f.rel_path, f.engine) or "") if one_process else ""
-    dump_rows(dump, f"{f.engine}:{f.rel_path}", f.engine, f.rel_path, ts, place_rank, "standalone", stacks, frames)
+    dump_rows(dump, f"{f.engine}:{f.rel_path}", f.engine, f.rel_path, ts, place_rank, "standalone", stacks, frames,
+              ts_basis=ts_basis)
     # Accounting by construction: a line is parsed only if the parser consumed it.
     un = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": text_lines[i]}
           for i in range(len(text_lines)) if i not in dump.consumed]

@@ -16,6 +16,7 @@ from ..readers.kinds import detect_kind
 from ..readers.layout import EvidenceFile
 from ..readers.logfile import HEAD_BYTES, head_hash, is_gzip
 from ..store import Store
+from .bundles import is_snapshot_file
 from .jobs import FileJob
 
 
@@ -130,7 +131,7 @@ class _Planner:
         """Renames (rotation, compression) claim the manifest rows whose content they continue."""
         renamed: dict[int, dict] = {}
         for idx, pr in enumerate(pending):
-            if pr.kind in NO_IDENTITY or pr.kind == "unreadable" or not pr.hhash:
+            if pr.kind in NO_IDENTITY or pr.kind == "unreadable" or not pr.hhash or _snapshot(pr):
                 continue
             twin = next((r for r in self.rows.values() if r["engine"] == pr.file.engine
                          and r["head_hash"] == pr.hhash and r["kind"] == pr.kind and r["abs_path"] not in self.claimed
@@ -159,7 +160,7 @@ class _Planner:
             same = next((r for r in self.rows.values() if r["engine"] == pr.file.engine
                          and r["head_hash"] == pr.hhash and r["kind"] == pr.kind and r["abs_path"] in self.current
                          and r["abs_path"] not in self.claimed and r["abs_path"] != str(pr.file.abs_path)), None)
-            if pr.hhash and pr.kind not in NO_IDENTITY and (same is not None or key in seen_hash):
+            if pr.hhash and pr.kind not in NO_IDENTITY and not _snapshot(pr) and (same is not None or key in seen_hash):
                 other = same["path"] if same is not None else seen_hash[key]
                 self.plans.append(pr.plan("duplicate", old, duplicate_of=other))
                 continue
@@ -173,6 +174,11 @@ class _Planner:
                 ef = EvidenceFile(r["engine"], Path(r["abs_path"]), r["path"], r["rotation"] or 0, r["node"] or "")
                 self.plans.append(Plan(ef, "vanished", r["kind"], os.stat_result((0,) * 10), r["head_hash"],
                                        bool(r["compressed"]), r))
+
+
+def _snapshot(pr: _Probe) -> bool:
+    # a capture round identical to the previous one is the stuck-rank evidence, not a copy of it
+    return is_snapshot_file(pr.file.abs_path, pr.file.rel_path)
 
 
 def _probe(f: EvidenceFile, st: os.stat_result) -> _Probe:

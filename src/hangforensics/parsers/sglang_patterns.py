@@ -130,6 +130,6 @@ SERVER_ARG_KEYS = [
     "tp_size", "dp_size", "pp_size", "ep_size", "enable_symm_mem", "watchdog_timeout",
     "soft_watchdog_timeout", "enable_dp_attention", "disaggregation_mode", "enable_hierarchical_cache",
     "decode_log_interval", "enable_metrics_for_all_schedulers", "base_gpu_id", "gpu_id_step",
-    "model_path", "dist_timeout", "enable_nccl_nvls", "nnodes", "node_rank", "served_model_name", "port",
+    "model_path", "dist_timeout", "enable_nccl_nvls", "nnodes", "node_rank", "served_model_name", "port", "host",
 ]
 

@@ -28,8 +28,12 @@ def rank_from_place(rel_path: str, engine: str) -> str | None:
 
 
 def dump_rows(dump: pyspy.Dump, dump_id: str, engine: str, path: str, ts: datetime | None, rank: str,
-              capture: str, stack_rows: list[dict[str, Any]], frame_rows: list[dict[str, Any]]) -> None:
+              capture: str, stack_rows: list[dict[str, Any]], frame_rows: list[dict[str, Any]],
+              ts_basis: str | None = None) -> None:
     """Append one ``stacks`` row per thread and one ``frames`` row per frame.
+
+    ``ts_basis`` says where ``ts`` came from (``stacks.ts_basis``): by default the record that embeds
+    the dump, for an embedded one, else the file's modification time.
 
     A dump with several process blocks (``--subprocesses``, repeated faulthandler dumps, gdb
     printing a process twice) gets one dump_id per block: ``<dump_id>#<n>``.  A block's rank comes
@@ -40,12 +44,13 @@ def dump_rows(dump: pyspy.Dump, dump_id: str, engine: str, path: str, ts: dateti
         prank = pyspy.rank_from_title(proc.title) if proc.title else None
         prank = prank or proc.rank or rank or ""
         did = dump_id if len(dump.processes) == 1 else f"{dump_id}#{p_idx}"
+        basis = ts_basis or ("record" if capture == "embedded" else "mtime")
         for th in proc.threads:
             stack_rows.append({
                 "engine": engine, "dump_id": did, "thread_id": th.thread_id, "ts": ts, "rank": prank,
                 "pid": proc.pid, "thread_name": th.name, "thread_state": th.state or None, "path": path,
                 "line": th.line, "process_title": proc.title, "capture": capture,
-                "format": th.format or dump.format, "garbled": th.garbled,
+                "format": th.format or dump.format, "garbled": th.garbled, "ts_basis": basis,
             })
             for depth, fr in enumerate(th.frames):
                 frame_rows.append({

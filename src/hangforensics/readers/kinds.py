@@ -9,6 +9,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..parsers import faulthandler, gdb, native_trace, pyspy
 from ..parsers.capture_errors import looks_like_capture_error
+from ..parsers.capture_files import looks_like_manifest, looks_like_process_facts
 from ..parsers.gpu import looks_like_nvidia_smi
 from .logfile import head_text
 
@@ -24,10 +25,13 @@ LOG_SNIFF = re.compile(
 
 
 STACK_KINDS = ("pyspy_dump", "pyspy_json", "gdb_dump", "faulthandler_dump", "native_trace")
+# The JSON files of a `hangforensics capture` bundle (interface.md §6).
+CAPTURE_KINDS = ("capture_manifest", "process_facts")
 
 
 # Every kind detect_kind can return (sources.kind).
 KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "empty", "binary", "unreadable", "unknown")
+KINDS = (*KINDS, *CAPTURE_KINDS)
 
 
 def detect_kind(path: Path) -> str:
@@ -35,7 +39,8 @@ def detect_kind(path: Path) -> str:
 
     server_log; stack dumps: pyspy_dump (py-spy text), pyspy_json, gdb_dump (gdb ``thread apply
     all bt`` / ``py-bt``), faulthandler_dump, native_trace (numbered C++/gdb frames);
-    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); empty, binary,
+    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); capture_manifest and
+    process_facts (a capture bundle's manifest.json and proc/round<k>.json); empty, binary,
     unreadable or unknown.
     """
     try:
@@ -53,6 +58,8 @@ def detect_kind(path: Path) -> str:
         return "pyspy_dump"
     if looks_like_nvidia_smi(lines):
         return "gpu_samples"
+    if capture_kind := _capture_kind(head):
+        return capture_kind
     if pyspy.looks_like_json(head):
         return "pyspy_json"
     if looks_like_capture_error(lines[:200]):
@@ -77,6 +84,14 @@ def detect_kind(path: Path) -> str:
     if native_trace.looks_like_trace(lines):
         return "native_trace"
     return "unknown"
+
+
+def _capture_kind(head: str) -> str | None:
+    if looks_like_manifest(head):
+        return "capture_manifest"
+    if looks_like_process_facts(head):
+        return "process_facts"
+    return None
 
 
 # Undecodable bytes and control characters a text file does not hold (tab, newlines, form feed and the

@@ -34,6 +34,7 @@ from ..readers.logfile import iter_chunks
 from ..redaction import redact_payloads, shorten
 from ..resources import data_dir
 from ..store import Store
+from .capture_section import annotate_stacks, capture_sections, with_snapshots
 
 TIMELINE_W = 860          # drawing width of the time axis, px
 LABEL_W = 110
@@ -145,6 +146,9 @@ def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[s
                    f"(collective, rendezvous or NCCL registration), not one bad rank.")
     for f in by_rule.get("first-rank-stopped", []):
         out.append(f"{', '.join(f['ranks'])} stopped first: start the investigation there.")
+    for f in by_rule.get("collective-desync", []):
+        out.append(f"{', '.join(f['ranks'])} left the collective sequence of the other ranks (a collective desync): "
+                   f"they can never meet again, the group must be restarted.")
     for f in by_rule.get("known-signature", []):
         out.append(f"The evidence matches the known hang signature '{f.get('signature')}'.")
     for f in by_rule.get("health-check-blind", []):
@@ -308,14 +312,17 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
         config = store.query(
             "SELECT attrs FROM events WHERE engine = ? AND kind IN ('server_args', 'environment') ORDER BY ts",
             [engine])
+        stacks = stack_tree(store, engine)
+        annotate_stacks(store, engine, stacks)
         sections.append({
             "engine": engine, "summary": _summary(store, engine, show_payloads),
-            "verdict": verdict(engine, fs, stall) if fs else [], "by_severity": by_sev, "stall": stall,
+            "verdict": with_snapshots(verdict(engine, fs, stall) if fs else [], store, engine),
+            "by_severity": by_sev, "stall": stall,
             "freeze": freeze, "timeline": timeline(store, engine, stall, freeze, fs), "sources": sources,
             "herrings": [i for i in items if i["rule"] == "busy-leak-report"],
             "critical": sum(1 for f in fs if f["severity"] == "critical"), "n_findings": len(fs),
             "config": [c["attrs"] for c in config if c["attrs"]],
-            "stacks": stack_tree(store, engine),
+            "stacks": stacks, "captures": capture_sections(store, engine),
         })
     return _env().get_template("report.html.j2").render(
         sections=sections, title_path=title_path, version=__version__, csp=REPORT_CSP,

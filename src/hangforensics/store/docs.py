@@ -48,6 +48,21 @@ VIEW_NOTES = {
     "nccl_progress": "torch ProcessGroupNCCL progress per rank and process group, compared within the group: "
                      "a rank behind the group's furthest completed collective is the suspect.",
 }
+VIEW_NOTES.update({
+    "captures": "One row per `hangforensics capture` bundle read (its manifest.json): host, command, options, "
+                "tools, rounds taken.",
+    "capture_processes": "Every process of the captured engine tree, from the bundle's manifest: role, rank, title.",
+    "capture_dumps": "Every py-spy run of a capture, from its manifest: round, process, when the stack was read "
+                     "(end_ts: the time the dump's stacks rows carry, ts_basis 'manifest'), or why it failed.",
+    "capture_failures": "What a capture could not collect, and why (py-spy missing, no permission, a process gone, "
+                        "a timeout, no nvidia-smi), plus what it skipped on purpose.",
+    "process_facts": "Per capture round and process: /proc state, CPU time, main-thread wchan and syscall, threads "
+                     "(from proc/round<k>.json, and the manifest's copy with source 'manifest').",
+    "snapshot_facts": "Derived by analyze: per capture and rank, what repeated snapshots show: stuck (frames, state, "
+                      "wchan and CPU time unchanged) since when, spinning, moved (slow, not stuck), or one snapshot's "
+                      "state. Feeds collective-desync (a rank that never returns to the per-iteration broadcast), the "
+                      "signatures' 'blocked' test and the rules stuck-across-snapshots / moved-between-snapshots.",
+})
 
 # Columns of the convenience views (VIEWS): what each means.  The types come from the views themselves.
 VIEW_COLUMNS: dict[str, dict[str, str]] = {

@@ -24,7 +24,8 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS ts_basis VARCHAR",
         "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS cadence_s DOUBLE",
         "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS running_req BIGINT",
-        "ALTER TABLE freezes ADD COLUMN IF NOT EXISTS ts_basis VARCHAR"],
+        "ALTER TABLE freezes ADD COLUMN IF NOT EXISTS ts_basis VARCHAR",
+        "ALTER TABLE t_stacks ADD COLUMN IF NOT EXISTS ts_basis VARCHAR"],
 }
 
 # Table DDL.  Columns named in interface.md §4 are the stable contract; the rest
@@ -39,7 +40,7 @@ TABLES: dict[str, str] = {
         path VARCHAR NOT NULL,          -- relative to the ingest root, begins with the engine folder for fleets
         abs_path VARCHAR NOT NULL,      -- absolute path the file was read from (a temporary folder for bundles)
         engine VARCHAR NOT NULL,        -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
-        kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, empty, binary, unreadable, unknown
+        kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, capture_manifest, process_facts, empty, binary, unreadable, unknown
         bytes BIGINT,                   -- bytes on disk (compressed size for .gz)
         lines BIGINT,                   -- lines read so far
         parsed_lines BIGINT,            -- lines represented by a typed row of a parsed view
@@ -119,7 +120,8 @@ TABLES: dict[str, str] = {
         capture VARCHAR,                -- embedded (in a log) or standalone
         format VARCHAR,                 -- pyspy_text, pyspy_json, gdb, gdb_pybt, faulthandler, trace
         garbled BOOLEAN,                -- interleaved output: only the certain frames were kept
-        collected_ts TIMESTAMP          -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
+        collected_ts TIMESTAMP,         -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
+        ts_basis VARCHAR                -- where ts comes from: record (the log record embedding the dump), manifest (a capture bundle's manifest: when py-spy read the stack), mtime (the file's modification time)
     """,
     "frames": """
         dump_id VARCHAR,                -- the dump (joins stacks)
@@ -348,6 +350,141 @@ TABLES: dict[str, str] = {
     """,
 }
 
+# A `hangforensics capture` bundle (interface.md §6), read by ingest from its manifest.json and
+# proc/round<k>.json, and the snapshot model analyze derives from them.  Times are the capture host's
+# wall clock (the manifest's zone dropped): the clock the engine's log on that host prints.
+CAPTURE_TABLES: dict[str, str] = {
+    "captures": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        capture_id VARCHAR,             -- the bundle's manifest.json, relative to the ingest root: one capture
+        path VARCHAR,                   -- file the row was read from (the manifest)
+        line BIGINT,                    -- line of the record in that file (1: the whole manifest)
+        format_version INTEGER,         -- manifest format version
+        host VARCHAR,                   -- host name of the machine captured
+        kernel VARCHAR,                 -- its kernel release
+        machine VARCHAR,                -- its architecture (x86_64, aarch64)
+        euid INTEGER,                   -- effective uid capture ran as (0: root, py-spy may attach to anything)
+        ptrace_scope VARCHAR,           -- kernel.yama.ptrace_scope on that host, NULL without Yama
+        command VARCHAR[],              -- the capture command line, as typed (secrets masked)
+        hangforensics_version VARCHAR,  -- version of the hangforensics that captured
+        started TIMESTAMP,              -- when the capture began (capture host's wall clock)
+        finished TIMESTAMP,             -- when it ended
+        utc_offset_s INTEGER,           -- the capture host's zone offset from UTC, seconds
+        selector VARCHAR,               -- how the engine was named: pid, port, match or auto
+        target VARCHAR,                 -- what was given (the pid, port or pattern)
+        root_pid BIGINT,                -- pid of the engine's root process (the server)
+        family VARCHAR,                 -- sglang, vllm or unknown
+        native BOOLEAN,                 -- py-spy --native was asked for
+        repeat INTEGER,                 -- snapshot rounds asked for (--repeat)
+        interval_s DOUBLE,              -- seconds between rounds (--interval)
+        timeout_s DOUBLE,               -- bound on the whole capture (--timeout)
+        log_lines BIGINT,               -- lines kept from the end of each log (--log-lines)
+        rounds INTEGER,                 -- rounds actually taken
+        max_spread_s DOUBLE,            -- largest skew between the first and last dump start of one round
+        tools JSON,                     -- tools found: [{name, version, path, note}] (py-spy, nvidia-smi, sglang, vllm)
+        gpu_file VARCHAR,               -- the nvidia-smi samples file, relative to the ingest root; NULL without one
+        logs JSON                       -- log tails copied: [{source, file, origin, bytes, lines, complete, mtime}]
+    """,
+    "capture_processes": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        capture_id VARCHAR,             -- the capture (captures.capture_id)
+        path VARCHAR,                   -- file the row was read from (the manifest)
+        line BIGINT,                    -- line where the process's entry starts
+        pid BIGINT,                     -- process id
+        ppid BIGINT,                    -- parent process id
+        title VARCHAR,                  -- process title / command line (secrets masked)
+        role VARCHAR,                   -- main, scheduler, detokenizer, dp_controller, tokenizer, engine_core, worker, api_server, other
+        rank VARCHAR,                   -- rank label as SGLang's log prefix writes it ('DP0 TP3'); NULL when not a rank
+        label VARCHAR,                  -- file-name label ('TP3', 'DP0_TP3', 'main')
+        exe VARCHAR,                    -- executable
+        python BOOLEAN,                 -- a Python interpreter (py-spy can read it)
+        create_time TIMESTAMP           -- when the process started
+    """,
+    "capture_dumps": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        capture_id VARCHAR,             -- the capture (captures.capture_id)
+        path VARCHAR,                   -- file the row was read from (the manifest)
+        line BIGINT,                    -- line where the dump's record starts
+        round INTEGER,                  -- snapshot round, from 1
+        round_started TIMESTAMP,        -- when the round began (its /proc facts were read then)
+        pid BIGINT,                     -- process dumped
+        label VARCHAR,                  -- its file-name label ('TP3', 'main')
+        rank VARCHAR,                   -- its rank label, NULL when not a rank
+        role VARCHAR,                   -- its role (scheduler, main, ...)
+        ok BOOLEAN,                     -- py-spy produced a dump
+        file VARCHAR,                   -- the dump, relative to the ingest root (joins stacks.path); NULL when none
+        error_file VARCHAR,             -- py-spy's error output, relative to the ingest root, when it failed
+        start_ts TIMESTAMP,             -- just before py-spy started
+        end_ts TIMESTAMP,               -- when py-spy had exited: the stack was read in between (the dump's time)
+        native BOOLEAN,                 -- a --native dump
+        exit_code INTEGER,              -- py-spy's exit status
+        reason VARCHAR,                 -- why it failed, one line
+        note VARCHAR                    -- e.g. --native failed and a plain dump was taken instead
+    """,
+    "capture_failures": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        capture_id VARCHAR,             -- the capture (captures.capture_id)
+        path VARCHAR,                   -- file the row was read from (the manifest)
+        line BIGINT,                    -- line where the failure's record starts
+        what VARCHAR,                   -- pyspy, process, gpu, log, tool, engine-version, round
+        reason VARCHAR,                 -- one line for a human: what was not captured and why
+        pid BIGINT,                     -- the process concerned, when one
+        round INTEGER,                  -- the round concerned, when one
+        file VARCHAR,                   -- a file of the bundle that shows it (py-spy's error output), relative to the ingest root
+        skipped BOOLEAN                 -- true: not attempted on purpose (a non-Python process), false: attempted and failed
+    """,
+    "process_facts": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        capture_id VARCHAR,             -- the capture (captures.capture_id); NULL for a facts file outside a bundle
+        path VARCHAR,                   -- file the row was read from: proc/round<k>.json, or the manifest (which repeats the facts)
+        line BIGINT,                    -- line where the process's entry starts in that file
+        source VARCHAR,                 -- proc (proc/round<k>.json, with every thread) or manifest
+        round INTEGER,                  -- snapshot round, from 1
+        taken TIMESTAMP,                -- when /proc was read (just before the round's dumps)
+        pid BIGINT,                     -- the process
+        label VARCHAR,                  -- its file-name label ('TP3', 'main'); NULL in the manifest's copy
+        role VARCHAR,                   -- its role; NULL in the manifest's copy
+        rank VARCHAR,                   -- its rank label; NULL when not a rank or in the manifest's copy
+        gone BOOLEAN,                   -- the process had exited (or become a zombie) by this round
+        state VARCHAR,                  -- /proc/PID/stat state: R running, S sleeping, D uninterruptible (a driver wait), Z, T, t
+        cpu_user_s DOUBLE,              -- user CPU seconds of the whole process so far
+        cpu_system_s DOUBLE,            -- system CPU seconds of the whole process so far
+        main_cpu_s DOUBLE,              -- CPU seconds of the main thread alone (user + system); NULL in older bundles
+        wchan VARCHAR,                  -- kernel function the main thread sleeps in (unix_stream_read_generic, futex_wait_queue, ...); NULL while running
+        syscall VARCHAR,                -- main thread's system call (recvmsg, futex, ...) or 'running'
+        threads INTEGER,                -- thread count
+        thread_states JSON,             -- state letter -> threads in that state
+        thread_wchans JSON,             -- wchan -> threads waiting there ('-': none)
+        thread_list JSON                -- every thread: [{tid, comm, state, wchan, cpu_s}] (proc files only)
+    """,
+    "snapshot_facts": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        capture_id VARCHAR,             -- the capture (captures.capture_id)
+        rank VARCHAR,                   -- the rank
+        pid BIGINT,                     -- its process
+        snapshots INTEGER,              -- rounds in which it was seen (facts or a dump)
+        first_ts TIMESTAMP,             -- its first snapshot
+        last_ts TIMESTAMP,              -- its last snapshot
+        status VARCHAR,                 -- stuck (same frames, state, wchan, CPU flat), driver_wait (stuck in state D), spinning (same frames, CPU rising), moved (frames or wait changed: slow, not stuck), gone; one snapshot: blocked, running, unknown
+        unchanged INTEGER,              -- consecutive snapshots, ending with the last, that did not change (1 when it moved or was seen once)
+        since TIMESTAMP,                -- the first of those unchanged snapshots: stuck since at least then
+        span_s DOUBLE,                  -- seconds from since to the last snapshot
+        state VARCHAR,                  -- process state letter at the last snapshot
+        wchan VARCHAR,                  -- main thread's kernel wait at the last snapshot
+        syscall VARCHAR,                -- main thread's system call at the last snapshot
+        cpu_delta_s DOUBLE,             -- CPU seconds used over the unchanged span (main thread when known, else the process)
+        cpu_basis VARCHAR,              -- main thread or process: what cpu_delta_s measures
+        frames_same BOOLEAN,            -- the main-thread frames were identical in those snapshots; NULL without two dumps
+        frame VARCHAR,                  -- innermost frame that says where it is, at the last dump
+        collective VARCHAR,             -- collective it waits in at the last dump (rank_collectives), NULL if none
+        call_site VARCHAR,              -- that collective's caller
+        dump_id VARCHAR,                -- its last dump (joins stacks, rank_collectives)
+        detail VARCHAR,                 -- the fact in words, shared by the ranks of one group ('TP0-3: same main-thread frames, ...')
+        evidence STRUCT(file VARCHAR, line BIGINT)[] -- its facts and dumps, each {file, line}, file relative to the ingest root
+    """,
+}
+TABLES.update(CAPTURE_TABLES)
+
 # Tables whose timestamps are stored as the file printed them: the interface view of
 # the same name adds the file's clock offset (sources.clock_offset_s), so evidence
 # from another node's clock lines up with the main log without rewriting rows.
@@ -356,6 +493,7 @@ CLOCKED = {"events": "path", "batches": "path", "http_requests": "file", "stacks
 
 # Parsed tables appended by ingest, in load order.
 LOADED_TABLES = ("events", "batches", "http_requests", "stacks", "frames", "leak_reports", "gpu_samples", "unparsed")
+LOADED_TABLES += ("captures", "capture_processes", "capture_dumps", "capture_failures", "process_facts")
 
 
 def physical(name: str) -> str:
