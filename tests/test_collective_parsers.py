@@ -561,22 +561,16 @@ def test_fr_all_started_agree_p2p_groups_not_compared() -> None:
 
 def test_fr_other_op_and_missing_dump() -> None:
     verdicts = compare_process_groups(_fr_rows("train_v24_opmismatch"))
-    assert [(v.kind, v.odd_ranks) for v in verdicts] == [
-        (VerdictKind.DESYNC, (2,)),
-        (VerdictKind.ABSENT, (3,)),
-    ]
-    desync, absent = verdicts
+    # the reporters disagree: the missing dump is said in the desync's detail, not a verdict of its own
+    assert [(v.kind, v.odd_ranks) for v in verdicts] == [(VerdictKind.DESYNC, (2,))]
+    (desync,) = verdicts
     assert desync.odd[0].relation == Relation.OTHER_OP
     assert desync.detail.endswith(
-        "ranks 0-1 are at all_reduce #310 (started); rank 2 is at broadcast #310 instead"
+        "ranks 0-1 are at all_reduce #310 (started); rank 2 is at broadcast #310 instead; "
+        "rank 3 left no record here (no Flight Recorder dump from it)"
     )
-    assert (
-        absent.detail == "in pg 0(default_pg) (ranks 0-3), rank 3 is missing: no Flight Recorder dump from it"
-    )
-    assert (
-        compare_process_groups(_fr_rows("train_v24_opmismatch"), {"flight_recorder": [3]})[-1].kind
-        == VerdictKind.DESYNC
-    )  # rank 3 dumped, just nothing of this group
+    (dumped,) = compare_process_groups(_fr_rows("train_v24_opmismatch"), {"flight_recorder": [3]})
+    assert "left no record" not in dumped.detail  # rank 3 dumped, just nothing of this group
 
 
 def test_fr_healthy_all_completed() -> None:
@@ -707,17 +701,26 @@ def test_tie_is_undecided_not_a_desync() -> None:
     assert (v.kind, v.odd, v.reference_seq) == (VerdictKind.UNDECIDED, (), None)
     assert v.detail == (
         "in pg 1(tp:0) (ranks 0-3), no majority: ranks 0-1 at #11; ranks 2-3 at #12: "
-        "cannot tell which side is out of step"
+        "cannot tell which side is out of step, so no rank is named"
     )
 
 
-def test_single_rank_is_undecided_and_the_rest_absent() -> None:
+def test_single_rank_is_undecided_and_says_nothing_of_the_others() -> None:
+    # one dump of four says nothing about the other three: they may simply not have been collected
     verdicts = compare_process_groups([row(2, 11, "started")])
-    assert [(v.kind, v.odd_ranks) for v in verdicts] == [
-        (VerdictKind.UNDECIDED, ()),
-        (VerdictKind.ABSENT, (0, 1, 3)),
-    ]
-    assert verdicts[1].detail.endswith("ranks 0-1,3 are missing: no Flight Recorder dump from it")
+    assert [(v.kind, v.odd_ranks) for v in verdicts] == [(VerdictKind.UNDECIDED, ())]
+
+
+def test_missing_dump_named_when_most_members_agree() -> None:
+    rows = [row(r, 11, "started") for r in (0, 1, 3)]
+    verdicts = compare_process_groups(rows)
+    assert [(v.kind, v.odd_ranks) for v in verdicts] == [(VerdictKind.AGREE, ()), (VerdictKind.ABSENT, (2,))]
+    assert verdicts[1].detail == "in pg 1(tp:0) (ranks 0-3), rank 2 is missing: no Flight Recorder dump from it"
+    # members known only from the caller (torch lines and the engine's world size)
+    torch = [row(r, 7, "timeout", source="torch_nccl", members=None, desc=None) for r in (0, 1, 3)]
+    assert [v.kind for v in compare_process_groups(torch)] == [VerdictKind.AGREE]
+    given = compare_process_groups(torch, members={("torch_nccl", "1"): range(4)})
+    assert [(v.kind, v.odd_ranks) for v in given] == [(VerdictKind.AGREE, ()), (VerdictKind.ABSENT, (2,))]
 
 
 def test_other_op_at_the_same_seq() -> None:
@@ -785,8 +788,8 @@ def test_torch_nccl_timeouts_disagreeing() -> None:
     (v,) = compare_process_groups(rows)
     assert (v.kind, v.odd_ranks, v.ranks) == (VerdictKind.DESYNC, (3,), (0, 1, 2, 3))
     assert v.detail == (
-        "in pg 1 (ranks 0-3), ranks 0-2 are at ALLREDUCE #5 (timeout); rank 3 is still in "
-        "ALLREDUCE #4 (timeout) and never joined #5: one collective behind"
+        "in pg 1 (ranks 0-3), ranks 0-2 are at ALLREDUCE SeqNum=5 (timeout); rank 3 is still in "
+        "ALLREDUCE SeqNum=4 (timeout) and never joined SeqNum=5: one collective behind"
     )
 
 
@@ -1089,4 +1092,5 @@ def test_ras_status_mismatch_and_dead_process_named_by_pid() -> None:
         (2, "dead", 412007, "process 412007 on node 10.15.83.92 (GPU 2): dead"),  # pid -> rank from the block
         (2, "status", 412007, "rank 2 has status ABORT"),
     ]
-    assert rep.rows == ()  # no counts, no missing ranks: nothing for the collectives view
+    # no counts: only the dead process, a job-level absent row of the rank its pid names
+    assert [(r.rank, r.pg, r.seq, r.state) for r in rep.rows] == [(2, nccl_ras.JOB_PG, None, "dead")]

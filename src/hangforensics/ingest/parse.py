@@ -14,6 +14,7 @@ from ..readers.kinds import STACK_KINDS
 from ..readers.layout import EvidenceFile
 from ..readers.logfile import detect_compose, head_text, iter_chunks
 from ..store import LOADED_TABLES
+from . import collective_parse
 from .jobs import CHECKPOINT, FileJob, FileOutcome
 
 
@@ -36,6 +37,10 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
         yield from _parse_capture_error(f, out)
     elif job.kind == "gpu_samples":
         yield from _parse_gpu(f, out)
+    elif job.kind == "flight_recorder":
+        yield from collective_parse.parse_flight_recorder_file(f, out)
+    elif job.kind == "nccl_ras":
+        yield from collective_parse.parse_ras_file(f, out)
     elif job.kind == "unknown":
         yield from _parse_unknown(f, out)
         out.notes.extra.append(f"no known evidence format (not an SGLang/vLLM/torch log, stack dump or "

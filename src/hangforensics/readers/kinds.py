@@ -9,8 +9,10 @@ from pathlib import Path
 from ..errors import InputError
 from ..parsers import faulthandler, gdb, native_trace, pyspy
 from ..parsers.capture_errors import looks_like_capture_error
+from ..parsers.flight_recorder import looks_like_flight_recorder
 from ..parsers.gpu import looks_like_nvidia_smi
-from .logfile import head_text
+from ..parsers.nccl_ras import looks_like_nccl_ras
+from .logfile import head_text, open_binary
 
 LOG_SNIFF = re.compile(
     r"^(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:"
@@ -27,7 +29,8 @@ STACK_KINDS = ("pyspy_dump", "pyspy_json", "gdb_dump", "faulthandler_dump", "nat
 
 
 # Every kind detect_kind can return (sources.kind).
-KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "empty", "binary", "unreadable", "unknown")
+KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "flight_recorder", "nccl_ras", "empty", "binary",
+         "unreadable", "unknown")
 
 
 def detect_kind(path: Path) -> str:
@@ -35,8 +38,8 @@ def detect_kind(path: Path) -> str:
 
     server_log; stack dumps: pyspy_dump (py-spy text), pyspy_json, gdb_dump (gdb ``thread apply
     all bt`` / ``py-bt``), faulthandler_dump, native_trace (numbered C++/gdb frames);
-    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); empty, binary,
-    unreadable or unknown.
+    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); flight_recorder (a PyTorch
+    Flight Recorder dump, pickle or JSON); nccl_ras (``ncclras`` output); empty, binary, unreadable or unknown.
     """
     try:
         head = head_text(path)
@@ -44,6 +47,8 @@ def detect_kind(path: Path) -> str:
         return "unreadable"
     if not head:
         return "empty"
+    if _flight_recorder_head(path):           # a pickle is binary: test it before the binary test
+        return "flight_recorder"
     if looks_binary(head):
         return "binary"
     head = head.replace("\x00", "")         # NUL runs in a text file (crash, copytruncate) are skipped
@@ -53,6 +58,8 @@ def detect_kind(path: Path) -> str:
         return "pyspy_dump"
     if looks_like_nvidia_smi(lines):
         return "gpu_samples"
+    if looks_like_nccl_ras(lines):
+        return "nccl_ras"
     if pyspy.looks_like_json(head):
         return "pyspy_json"
     if looks_like_capture_error(lines[:200]):
@@ -77,6 +84,15 @@ def detect_kind(path: Path) -> str:
     if native_trace.looks_like_trace(lines):
         return "native_trace"
     return "unknown"
+
+
+def _flight_recorder_head(path: Path) -> bool:
+    """The raw first bytes name a Flight Recorder dump (the decoded text head mangles a pickle's bytes)."""
+    try:
+        with open_binary(path) as f:
+            return looks_like_flight_recorder(f.read(8192))
+    except (OSError, EOFError):
+        return False
 
 
 # Undecodable bytes and control characters a text file does not hold (tab, newlines, form feed and the

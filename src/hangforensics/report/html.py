@@ -33,6 +33,7 @@ from ..readers.logfile import iter_chunks
 from ..redaction import redact_payloads, shorten
 from ..resources import data_dir
 from ..store import Store
+from .collective_panel import collective_panels
 
 TIMELINE_W = 860          # drawing width of the time axis, px
 LABEL_W = 110
@@ -144,6 +145,9 @@ def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[s
                    f"(collective, rendezvous or NCCL registration), not one bad rank.")
     for f in by_rule.get("first-rank-stopped", []):
         out.append(f"{', '.join(f['ranks'])} stopped first: start the investigation there.")
+    for f in by_rule.get("collective-desync", []):
+        out.append(f"{f['title'][:1].upper()}{f['title'][1:]}: a collective desync, which the group cannot "
+                   f"recover from.")
     for f in by_rule.get("known-signature", []):
         out.append(f"The evidence matches the known hang signature '{f.get('signature')}'.")
     for f in by_rule.get("health-check-blind", []):
@@ -314,6 +318,7 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
             "critical": sum(1 for f in fs if f["severity"] == "critical"), "n_findings": len(fs),
             "config": [c["attrs"] for c in config if c["attrs"]],
             "stacks": stack_tree(store, engine),
+            "collective_panels": collective_panels(store, engine),
         })
     return _env().get_template("report.html.j2").render(
         sections=sections, title_path=title_path, version=__version__, csp=REPORT_CSP,
