@@ -870,8 +870,8 @@ def test_ras_224_total_count_mismatch() -> None:
     (v,) = compare_process_groups(rep.rows)
     assert (v.kind, v.odd_ranks, v.pg) == (VerdictKind.DESYNC, (5,), "5c1a4fae5a0bd7a8")
     assert v.detail == (
-        "in pg 5c1a4fae5a0bd7a8(#0-0) (ranks 0-7), ranks 0-4,6-7 are at #48213 (launched); "
-        "rank 5 launched up to #48212, not #48213: one operation behind"
+        "in communicator 5c1a4fae5a0bd7a8 (#0-0, its ranks 0-7), ranks 0-4,6-7 are at operation 48213 "
+        "(launched); rank 5 launched up to operation 48212, not operation 48213: one operation behind"
     )
     assert not rep.healthy
 
@@ -892,7 +892,7 @@ def test_ras_226_per_type_counts() -> None:
         ("AllReduce", (2, 6), [Relation.BEHIND, Relation.AHEAD]),
         ("Broadcast", (2,), [Relation.BEHIND]),
     ]
-    assert "rank 6 launched up to #733121: one AllReduce operation ahead" in verdicts[0].detail
+    assert "rank 6 launched up to operation 733121: one AllReduce operation ahead" in verdicts[0].detail
 
 
 def test_ras_healthy() -> None:
@@ -1094,3 +1094,57 @@ def test_ras_status_mismatch_and_dead_process_named_by_pid() -> None:
     ]
     # no counts: only the dead process, a job-level absent row of the rank its pid names
     assert [(r.rank, r.pg, r.seq, r.state) for r in rep.rows] == [(2, nccl_ras.JOB_PG, None, "dead")]
+
+
+def test_ras_outlier_groups_listed_one_rank_per_line() -> None:
+    # NCCL lists each rank of a small outlier group on its own line (client_support.cc), and counts ranks
+    # that launched nothing apart; the majority stays unnamed
+    lines = [
+        "Warnings",
+        "========",
+        "",
+        "#0-0 (0badc0ffee123456) MISMATCH",
+        "  Communicator ranks have different AllReduce operation counts",
+        "  5 ranks have launched up to operation 900",
+        "  2 ranks have launched up to operation 899",
+        "  Rank 3 -- GPU 3 managed by process 1003 on node n1",
+        "  Rank 6 -- GPU 6 managed by process 1006 on node n1",
+        "  Rank 7 has not launched any operations -- GPU 7 managed by process 1007 on node n1",
+    ]
+    rep = nccl_ras.parse_nccl_ras(lines)
+    assert rep.unmatched == ()
+    assert [(o.rank, o.relation, o.count, o.pid) for o in rep.odd_ranks] == [
+        (3, "lagging", 899, 1003),
+        (6, "lagging", 899, 1006),
+        (7, "lagging", 0, 1007),
+    ]
+    # no communicators table (a cut paste): the counts add up to the communicator's 8 ranks
+    inferred = sorted(r.rank for r in rep.rows if r.inferred)
+    assert inferred == [0, 1, 2, 4, 5]
+    (v,) = compare_process_groups(rep.rows)
+    assert (v.kind, v.odd_ranks, v.reference_seq) == (VerdictKind.DESYNC, (3, 6, 7), 900)
+
+
+def test_ras_incomplete_communicator_and_dead_process_tied_to_its_rank() -> None:
+    lines = [
+        "Errors",
+        "======",
+        "",
+        "DEAD",
+        "  1 job process is considered dead (unreachable via the RAS network)",
+        "  Process 51234 on node 10.20.4.13 managing GPU 2",
+        "",
+        "#0-0 (3f7d9a0c5e21b844) INCOMPLETE",
+        "  Missing communicator data from 1 rank",
+        "  Rank 6 -- [process information not found]",
+    ]
+    rep = nccl_ras.parse_nccl_ras(lines)
+    assert rep.unmatched == ()
+    dead = [o for o in rep.odd_ranks if o.relation == "dead"]
+    assert [(o.rank, o.pid) for o in dead] == [(6, 51234)]
+    assert "the one rank a communicator misses" in dead[0].reason
+    assert sorted((r.rank, r.state, r.pg) for r in rep.rows) == [
+        (6, "dead", nccl_ras.JOB_PG), (6, "missing", "3f7d9a0c5e21b844")]
+    verdicts = compare_process_groups(rep.rows)
+    assert {(v.kind, v.odd_ranks) for v in verdicts} == {(VerdictKind.ABSENT, (6,))}
+    assert any(o.relation == Relation.DEAD for v in verdicts for o in v.odd)

@@ -30,7 +30,8 @@ members (Flight Recorder ``pg_config``, a RAS communicator's size, or ``members`
 e.g. the engine's world size for torch lines), most of them reported (at least two, and more than half:
 one dump of eight says nothing about the other seven, and one node's dumps of a two-node job say
 nothing about the other node) and the reporters agree: when they already disagree, a silent member is
-no clearer a suspect than the named minority.
+no clearer a suspect than the named minority (then the desync's detail says who left no record), and
+only in a group where some rank waits (where nothing is stuck, nobody waits for the silent member).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def compare_process_groups(rows: Iterable[CollectiveRow],
     groups: dict[tuple[str, str], list[CollectiveRow]] = defaultdict(list)
     for r in rows:
         groups[(r.source, r.pg)].append(r)
-    verdicts: list[Verdict] = []
+    judged = []
     for (source, pg), grows in sorted(groups.items()):
         known = _members(grows) or tuple(sorted(set((members or {}).get((source, pg), ()))))
         desc = next((r.pg_desc for r in grows if r.pg_desc), None)
@@ -135,17 +136,32 @@ def compare_process_groups(rows: Iterable[CollectiveRow],
         numbered = [r for r in grows if r.seq is not None and r.state not in ABSENT_STATES]
         compared = [_compare(ctx, kind, [r for r in numbered if r.seq_kind == kind])
                     for kind in sorted({r.seq_kind for r in numbered if r.seq_kind != "p2p"})]
-        infer = not any(v.kind == VerdictKind.DESYNC for v in compared)
-        silent = _silent(ctx, grows, reporters.get(source, set()))
-        if not infer and silent and source in SELF_REPORTING:
-            # not a verdict of its own beside a desync, but said: the reader may have the missing file
-            note = f"; {_ranks_text(silent)} left no record here ({SELF_REPORTING[source]})"
+        judged.append((ctx, grows, numbered, compared))
+    # A missing dump (or timeout line) is a fact about a rank, not a group: beside a desync anywhere in the
+    # same source it is said in the desync's detail, not made a suspect of its own.
+    desynced = {c.source for c, _, _, vs in judged if any(v.kind == VerdictKind.DESYNC for v in vs)}
+    verdicts: list[Verdict] = []
+    for ctx, grows, numbered, compared in judged:
+        silent = _silent(ctx, grows, reporters.get(ctx.source, set()))
+        if ctx.source in desynced and silent and ctx.source in SELF_REPORTING:
+            note = f"; {_ranks_text(silent)} left no record here ({SELF_REPORTING[ctx.source]})"
             compared = [replace(v, detail=v.detail + note) if v.kind == VerdictKind.DESYNC else v for v in compared]
         verdicts.extend(compared)
-        absent = _absent(ctx, grows, reporters.get(source, set()), infer)
+        # ...and only where the others wait: in a group where nothing is stuck nobody waits for it
+        infer = ctx.source not in desynced and _waiting(numbered)
+        absent = _absent(ctx, grows, reporters.get(ctx.source, set()), infer)
         if absent:
             verdicts.append(absent)
     return verdicts
+
+
+def _waiting(rows: list[CollectiveRow]) -> bool:
+    """Some rank of the group waits in a collective (its position is pending)."""
+    by_rank: dict[int, list[CollectiveRow]] = defaultdict(list)
+    for r in rows:
+        if r.seq_kind != "p2p":
+            by_rank[r.rank].append(r)                       # type: ignore[index]
+    return any((p := rank_position(rs)) is not None and p.pending for rs in by_rank.values())
 
 
 def _silent(g: _Group, rows: list[CollectiveRow], reporters: set[int]) -> list[int]:

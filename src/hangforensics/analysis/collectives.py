@@ -15,6 +15,7 @@ lines, the clock the times are on, and the desync-debug report as a fact on the 
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -172,6 +173,8 @@ def _verdict_rows(engine: str, verdicts: list[Verdict], where: dict[tuple, list[
         if v.kind == VerdictKind.ABSENT and (v.source, v.pg) in agree and ", " in detail:
             # what the others agree on, then who never said it
             said = agree[(v.source, v.pg)].detail.split(": they agree")[0]
+            said = re.sub(r"\b(?:all (\d+)|both) ranks are at", lambda m: f"the {m.group(1) or 2} ranks that reported "
+                          f"are at", said)
             detail = f"{said}; {detail.split(', ', 1)[1]}"
         if v.pg.startswith("?"):
             detail = detail.replace(f"in pg {v.pg}", f"in {UNNAMED} ({v.pg[1:].split('#')[0] or 'op unknown'})")

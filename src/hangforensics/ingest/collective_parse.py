@@ -16,9 +16,10 @@ from typing import Any
 from ..parsers import flight_recorder as fr
 from ..parsers import nccl_ras
 from ..parsers.collective_rows import CollectiveRow, ts_from_ns
+from ..parsers.safe_pickle import MAX_PICKLE_BYTES
 from ..parsers.stackrows import dump_rows
 from ..readers.layout import EvidenceFile
-from ..readers.logfile import iter_chunks
+from ..readers.logfile import iter_chunks, open_binary
 from .jobs import FileOutcome
 
 
@@ -47,8 +48,11 @@ def parse_flight_recorder_file(f: EvidenceFile, out: FileOutcome) -> Iterator[tu
     A refused pickle (it names a global: hostile, or not a dump) loads nothing and runs nothing; the
     file's status and note say so in one line.
     """
-    dump = fr.read_flight_recorder(f.abs_path)
-    out.read_bytes = f.abs_path.stat().st_size
+    with open_binary(f.abs_path) as fh:            # a gzipped dump reads as the dump
+        data = fh.read(MAX_PICKLE_BYTES + 1)
+    name = f.abs_path.name[:-3] if f.abs_path.name.endswith(".gz") else f.abs_path.name
+    dump = fr.parse_flight_recorder(data, name)
+    out.read_bytes = len(data)
     refused = next((n for n in dump.notes if "refused pickle global" in n), None)
     if refused is not None:
         out.status = "refused: " + refused.split(": ", 1)[-1]
