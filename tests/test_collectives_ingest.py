@@ -324,3 +324,31 @@ def test_desync_report_disagreeing_with_the_timeouts_says_so(tmp_path: Path) -> 
     assert desync["ranks"] == ["rank3"]
     assert "the ProcessGroupNCCL SeqNums disagree: they put rank3 at SeqNum=43 with the others" in desync["detail"]
     st.close()
+
+
+def test_fr_times_aligned_by_the_last_progress_line(tmp_path: Path) -> None:
+    """No timeout line of the same collective: the dumps' newest completed entry sits just before the log's
+    last batch line, so the whole quarter hours between them are the zone."""
+    eng = tmp_path / "fr-progress"
+    LogWriter(tp=4).startup().traffic(10, 120).probes(130, 300, status=503).write(eng)   # last batch 10:02:00
+    for r in range(4):                                          # #88 completed at 02:01:59.960 UTC
+        write_dump(eng / "fr", f"nccl_trace_rank_{r}",
+                   dump(history("0", "tp:0", 89, "started", T0 + timedelta(seconds=120)), {"0": TP[1:]}))
+    _, st = analyze(eng)
+    assert st.scalar("SELECT max(clock_offset_s) FROM sources WHERE kind = 'flight_recorder'") == 8 * 3600
+    assert "last progress line" in st.scalar("SELECT note FROM sources WHERE kind = 'flight_recorder' LIMIT 1")
+    st.close()
+
+
+def test_ras_dead_process_without_a_rank_still_speaks(tmp_path: Path) -> None:
+    eng = tmp_path / "ras-unranked"
+    eng.mkdir()
+    (eng / "ras.txt").write_text("\n".join([
+        "NCCL version 2.25.1 compiled with CUDA 12.8", "", "Job summary", "===========", "",
+        "Errors", "======", "", "DEAD", "  1 job process is considered dead (unreachable via the RAS network)",
+        "  Process 51234 on node 10.20.4.13 managing GPU 2", "", "Warnings", "========", ""]) + "\n")
+    found, st = analyze(eng)
+    (first,) = by_rule(found)["first-rank-stopped"]
+    assert first["ranks"] == [] and "rank not printed" in first["title"]
+    assert "process 51234 on node 10.20.4.13 (GPU 2)" in first["detail"]
+    st.close()

@@ -76,7 +76,7 @@ def judge_engine(store: Store, engine: str) -> list[dict[str, Any]]:
     """The ``collective_verdicts`` rows of one engine."""
     view = store.query("SELECT * FROM collectives WHERE engine = ? ORDER BY source, pg, rank, seq", [engine])
     if not view:
-        return []
+        return _unranked_dead(store, engine)
     ctx = EngineContext.of(store, engine)
     rows, where = _matcher_rows([r for r in view if r["source"] != "desync_report"])
     # a rank whose dump exists is not missing, even when nothing of a group is left in it (or it was refused)
@@ -87,7 +87,28 @@ def judge_engine(store: Store, engine: str) -> list[dict[str, Any]]:
     out = _verdict_rows(engine, verdicts, where, ctx, clock)
     reports = tie_reports([r for r in view if r["source"] == "desync_report"],
                           [r for r in view if r["source"] == "torch_nccl"])
-    return attach_reports(out, reports, ctx.label)
+    out = attach_reports(out, reports, ctx.label)
+    if not any(v["source"] == "nccl_ras" and v["verdict"] == "absent" for v in out):
+        out += _unranked_dead(store, engine)          # a named absent rank says more than an unnamed process
+    return out
+
+
+def _unranked_dead(store: Store, engine: str) -> list[dict[str, Any]]:
+    """Processes NCCL RAS reports dead or unresponsive whose rank nothing in the report gives: still a
+    fact (ranks [] names the whole group as suspect scope), with host, pid and GPU in the detail."""
+    facts = store.query("SELECT path, line, message, json_extract_string(attrs, '$.relation') AS rel, "
+                        "json_extract_string(attrs, '$.reason') AS reason FROM events WHERE engine = ? "
+                        "AND kind = 'nccl_ras' AND rank = '' AND json_extract_string(attrs, '$.relation') "
+                        "IN ('dead', 'unresponsive', 'missing') ORDER BY line", [engine])
+    if not facts:
+        return []
+    said = "; ".join(f["reason"] or f["message"] for f in facts)
+    return [{"engine": engine, "source": "nccl_ras", "pg": "the job's processes", "verdict": "absent", "ranks": [],
+             "majority_ranks": [], "seq": None, "op": None, "ts": None, "ts_basis": "read",
+             "detail": f"NCCL RAS reports {len(facts)} job process(es) dead, unreachable or missing, whose rank "
+                       f"the report does not print: {said}. The other ranks wait for them in every collective they share: "
+                       f"map the host and pid (or GPU) to its rank to name the one that stopped first.",
+             "evidence": [{"file": f["path"], "line": f["line"]} for f in facts][:12]}]
 
 
 # -- from the view to the matcher ----------------------------------------------------------------------

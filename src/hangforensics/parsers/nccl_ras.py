@@ -358,8 +358,9 @@ def _process_rank(p: RasProcess, pid_rank: dict[int, set[int]], blocks: list[_Bl
     if len(ranks) == 1:
         return next(iter(ranks)), None
     gone = [q for b in blocks if not b.comm_hash for q in b.processes]
+    dead = [q for b in blocks if not b.comm_hash and "DEAD" in b.title.upper() for q in b.processes]
     missing = {r for b in blocks if b.comm_hash for r in b.missing}
-    if len(gone) == 1 and len(missing) == 1:
+    if len(dead or gone) == 1 and (dead or gone)[0] is p and len(missing) == 1:
         return next(iter(missing)), "the one rank a communicator misses"
     job = jobs[0] if len(jobs) == 1 else None
     if job and job.nodes == 1 and job.gpus_per_process == 1 and len(p.gpus) == 1 and \
