@@ -915,21 +915,22 @@ def test_ras_dead_and_missing() -> None:
     ]
     assert rep.issues[0].processes == (nccl_ras.RasProcess(51234, "10.20.4.13", (2,), 23),)
     assert rep.issues[1].missing_ranks == (6,)
+    # the one dead process is why the communicator misses its one rank: it is that rank
     assert [(o.rank, o.relation, o.pid) for o in rep.odd_ranks] == [
-        (None, "dead", 51234),
+        (6, "dead", 51234),
         (6, "missing", None),
         (None, "unresponsive", 51231),
     ]
-    (r,) = rep.rows
-    assert (r.rank, r.pg, r.seq, r.state, r.pg_ranks) == (
-        6,
-        "3f7d9a0c5e21b844",
-        None,
-        "missing",
-        tuple(range(8)),
-    )
-    (v,) = compare_process_groups(rep.rows)
-    assert (v.kind, v.odd_ranks, v.odd[0].relation) == (VerdictKind.ABSENT, (6,), Relation.MISSING)
+    assert [(r.rank, r.pg, r.seq, r.state) for r in rep.rows] == [
+        (6, nccl_ras.JOB_PG, None, "dead"),
+        (6, "3f7d9a0c5e21b844", None, "missing"),
+    ]
+    assert rep.rows[1].pg_ranks == tuple(range(8))
+    verdicts = compare_process_groups(rep.rows)
+    assert [(v.kind, v.odd_ranks, v.odd[0].relation) for v in verdicts] == [
+        (VerdictKind.ABSENT, (6,), Relation.DEAD),
+        (VerdictKind.ABSENT, (6,), Relation.MISSING),
+    ]
 
 
 def test_ras_unknown_lines_are_returned() -> None:

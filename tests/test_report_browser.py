@@ -194,4 +194,6 @@ def test_collective_timeline_panel_highlights_the_odd_rank(tmp_path: Path, page_
     assert last.inner_text() == "#512"
     assert odd.locator("td.cell").last.get_attribute("class") == "cell none"
     assert panel.locator('tr.coll-rank[data-rank="rank0"] td.cell').last.get_attribute("class") == "cell started"
+    # a binary dump's evidence is described by its entries, never shown as its bytes
+    assert page.locator(".excerpt").first.inner_text().startswith("entry ")
     page.screenshot(path=str(tmp_path / "fr.png"), full_page=True)

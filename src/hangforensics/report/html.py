@@ -112,8 +112,11 @@ def excerpts(store: Store, engine: str, wanted: set[tuple[str, int]],
             by_path[path].add(int(line))
     out: dict[tuple[str, int], str] = {}
     for path, lines in by_path.items():
-        row = store.query("SELECT abs_path FROM sources WHERE engine = ? AND path = ? LIMIT 1", [engine, path])
+        row = store.query("SELECT abs_path, kind FROM sources WHERE engine = ? AND path = ? LIMIT 1", [engine, path])
         if not row:
+            continue
+        if row[0]["kind"] == "flight_recorder":       # a binary dump: its entries, described, not its bytes
+            out.update(_dump_entries(store, engine, path, lines))
             continue
         last = max(lines)
         try:
@@ -128,6 +131,17 @@ def excerpts(store: Store, engine: str, wanted: set[tuple[str, int]],
         except Exception:  # a file that vanished since ingest: the excerpt is simply absent
             continue
     return out
+
+
+def _dump_entries(store: Store, engine: str, path: str, lines: set[int]) -> dict[tuple[str, int], str]:
+    rows = store.query(
+        "SELECT line, pg, pg_desc, seq, op, state, json_extract_string(attrs, '$.seq_kind') AS kind, "
+        "json_extract(attrs, '$.input_sizes') AS sizes FROM collective_records "
+        "WHERE engine = ? AND path = ? AND list_contains(?, line)", [engine, path, sorted(lines)])
+    return {(path, r["line"]): f"entry {r['line']}: {r['op'] or '?'} #{r['seq']}"
+            + (" (p2p)" if r["kind"] == "p2p" else "") + f" in pg {r['pg']}"
+            + (f"({r['pg_desc']})" if r["pg_desc"] else "") + f", {r['state'] or 'state unknown'}"
+            + (f", input sizes {r['sizes']}" if r["sizes"] else "") for r in rows}
 
 
 def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[str]:
@@ -146,8 +160,7 @@ def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[s
     for f in by_rule.get("first-rank-stopped", []):
         out.append(f"{', '.join(f['ranks'])} stopped first: start the investigation there.")
     for f in by_rule.get("collective-desync", []):
-        out.append(f"{f['title'][:1].upper()}{f['title'][1:]}: a collective desync, which the group cannot "
-                   f"recover from.")
+        out.append(f"{f['title']}: a collective desync, which the group cannot recover from.")
     for f in by_rule.get("known-signature", []):
         out.append(f"The evidence matches the known hang signature '{f.get('signature')}'.")
     for f in by_rule.get("health-check-blind", []):
