@@ -352,3 +352,30 @@ def test_ras_dead_process_without_a_rank_still_speaks(tmp_path: Path) -> None:
     assert first["ranks"] == [] and "rank not printed" in first["title"]
     assert "process 51234 on node 10.20.4.13 (GPU 2)" in first["detail"]
     st.close()
+
+
+def test_fr_tie_names_nobody_and_says_so(tmp_path: Path) -> None:
+    eng = tmp_path / "fr-tie"
+    for r in range(4):
+        write_dump(eng, f"nccl_trace_rank_{r}",
+                   dump(history("0", "tp:0", 10 if r < 2 else 11, "started", T0), {"0": ("tp:0", [0, 1, 2, 3])}))
+    found, st = analyze(eng)
+    assert found == []
+    (v,) = st.query("SELECT verdict, ranks, detail FROM collective_verdicts")
+    assert v["verdict"] == "split" and v["ranks"] == []
+    assert "no majority: ranks 0-1 at #10; ranks 2-3 at #11" in v["detail"] and "no rank is named" in v["detail"]
+    st.close()
+
+
+def test_ras_sub_communicator_ranks_are_said_to_be_its_own(tmp_path: Path) -> None:
+    text = RAS.joinpath("v2.24_mismatch.txt").read_text()
+    text = text.replace("    0         1         2         4         8         8   RUNNING  MISMATCH",
+                        "    0         2         1         4         4         8   RUNNING  MISMATCH")
+    text = text.replace("7 ranks have launched up to operation 48213", "3 ranks have launched up to operation 48213")
+    eng = tmp_path / "ras-sub"
+    eng.mkdir()
+    (eng / "r.txt").write_text(text.replace("Rank 5 has launched", "Rank 2 has launched"))
+    found, st = analyze(eng)
+    (desync,) = by_rule(found)["collective-desync"]
+    assert desync["ranks"] == ["rank2"] and "spans 4 of the job's 8 GPUs), not global ranks" in desync["detail"]
+    st.close()

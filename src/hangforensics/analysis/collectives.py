@@ -208,6 +208,8 @@ def _verdict_rows(engine: str, verdicts: list[Verdict], where: dict[tuple, list[
             detail += f" ({'; '.join(mapped[:16])}.)"
         if v.source == "flight_recorder":
             detail += clock
+        if v.source == "nccl_ras":
+            detail += _communicator_ranks(v, where)
         kind = {VerdictKind.UNDECIDED: "undecided" if v.reference_ranks else "split"}.get(v.kind, v.kind.value)
         out.append({
             "engine": engine, "source": v.source, "pg": _pg_label(v), "verdict": kind,
@@ -239,6 +241,17 @@ def _merge_counters(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         first["evidence"] = (first["evidence"] + r["evidence"])[:12]
         first["ts"] = min((t for t in (first["ts"], r["ts"]) if t is not None), default=None)
     return out
+
+
+def _communicator_ranks(v: Verdict, where: dict[tuple, list[dict]]) -> str:
+    """A RAS rank is the rank in its communicator: global only when the communicator spans every GPU."""
+    attrs = [json.loads(r["attrs"]) for (src, pg, _), rs in where.items() if src == v.source and pg == v.pg
+             for r in rs if r.get("attrs")]
+    job = next((a["job_gpus"] for a in attrs if a.get("job_gpus")), None)
+    if job and v.ranks and len(v.ranks) < job:
+        return (f" The ranks are the communicator's own (it spans {len(v.ranks)} of the job's {job} GPUs), not "
+                f"global ranks: the GPU, process and node on each rank's line say which process it is.")
+    return ""
 
 
 def _pg_label(v: Verdict) -> str:

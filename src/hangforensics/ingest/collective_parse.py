@@ -92,7 +92,8 @@ def parse_ras_file(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, lis
         lines.extend(chunk.lines)
         out.read_bytes = chunk.end_offset
     rep = nccl_ras.parse_nccl_ras(lines, 1)
-    where = {"nccl_version": rep.nccl_version}
+    # the job's size says whether a communicator's ranks are global ones (a communicator of every GPU)
+    where = {"nccl_version": rep.nccl_version, "job_gpus": rep.jobs[0].gpus if len(rep.jobs) == 1 else None}
     records = [record_row(f.engine, f.rel_path, r, **where) for r in rep.rows]
     events = [_odd_rank_event(f, o, lines, rep) for o in rep.odd_ranks]
     unparsed = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": lines[i]} for i in rep.unmatched]
