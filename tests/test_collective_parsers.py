@@ -561,22 +561,16 @@ def test_fr_all_started_agree_p2p_groups_not_compared() -> None:
 
 def test_fr_other_op_and_missing_dump() -> None:
     verdicts = compare_process_groups(_fr_rows("train_v24_opmismatch"))
-    assert [(v.kind, v.odd_ranks) for v in verdicts] == [
-        (VerdictKind.DESYNC, (2,)),
-        (VerdictKind.ABSENT, (3,)),
-    ]
-    desync, absent = verdicts
+    # the reporters disagree: the missing dump is said in the desync's detail, not a verdict of its own
+    assert [(v.kind, v.odd_ranks) for v in verdicts] == [(VerdictKind.DESYNC, (2,))]
+    (desync,) = verdicts
     assert desync.odd[0].relation == Relation.OTHER_OP
     assert desync.detail.endswith(
-        "ranks 0-1 are at all_reduce #310 (started); rank 2 is at broadcast #310 instead"
+        "ranks 0-1 are at all_reduce #310 (started); rank 2 is at broadcast #310 instead; "
+        "rank 3 left no record here (no Flight Recorder dump from it)"
     )
-    assert (
-        absent.detail == "in pg 0(default_pg) (ranks 0-3), rank 3 is missing: no Flight Recorder dump from it"
-    )
-    assert (
-        compare_process_groups(_fr_rows("train_v24_opmismatch"), {"flight_recorder": [3]})[-1].kind
-        == VerdictKind.DESYNC
-    )  # rank 3 dumped, just nothing of this group
+    (dumped,) = compare_process_groups(_fr_rows("train_v24_opmismatch"), {"flight_recorder": [3]})
+    assert "left no record" not in dumped.detail  # rank 3 dumped, just nothing of this group
 
 
 def test_fr_healthy_all_completed() -> None:
@@ -707,17 +701,26 @@ def test_tie_is_undecided_not_a_desync() -> None:
     assert (v.kind, v.odd, v.reference_seq) == (VerdictKind.UNDECIDED, (), None)
     assert v.detail == (
         "in pg 1(tp:0) (ranks 0-3), no majority: ranks 0-1 at #11; ranks 2-3 at #12: "
-        "cannot tell which side is out of step"
+        "cannot tell which side is out of step, so no rank is named"
     )
 
 
-def test_single_rank_is_undecided_and_the_rest_absent() -> None:
+def test_single_rank_is_undecided_and_says_nothing_of_the_others() -> None:
+    # one dump of four says nothing about the other three: they may simply not have been collected
     verdicts = compare_process_groups([row(2, 11, "started")])
-    assert [(v.kind, v.odd_ranks) for v in verdicts] == [
-        (VerdictKind.UNDECIDED, ()),
-        (VerdictKind.ABSENT, (0, 1, 3)),
-    ]
-    assert verdicts[1].detail.endswith("ranks 0-1,3 are missing: no Flight Recorder dump from it")
+    assert [(v.kind, v.odd_ranks) for v in verdicts] == [(VerdictKind.UNDECIDED, ())]
+
+
+def test_missing_dump_named_when_most_members_agree() -> None:
+    rows = [row(r, 11, "started") for r in (0, 1, 3)]
+    verdicts = compare_process_groups(rows)
+    assert [(v.kind, v.odd_ranks) for v in verdicts] == [(VerdictKind.AGREE, ()), (VerdictKind.ABSENT, (2,))]
+    assert verdicts[1].detail == "in pg 1(tp:0) (ranks 0-3), rank 2 is missing: no Flight Recorder dump from it"
+    # members known only from the caller (torch lines and the engine's world size)
+    torch = [row(r, 7, "timeout", source="torch_nccl", members=None, desc=None) for r in (0, 1, 3)]
+    assert [v.kind for v in compare_process_groups(torch)] == [VerdictKind.AGREE]
+    given = compare_process_groups(torch, members={("torch_nccl", "1"): range(4)})
+    assert [(v.kind, v.odd_ranks) for v in given] == [(VerdictKind.AGREE, ()), (VerdictKind.ABSENT, (2,))]
 
 
 def test_other_op_at_the_same_seq() -> None:
@@ -785,8 +788,8 @@ def test_torch_nccl_timeouts_disagreeing() -> None:
     (v,) = compare_process_groups(rows)
     assert (v.kind, v.odd_ranks, v.ranks) == (VerdictKind.DESYNC, (3,), (0, 1, 2, 3))
     assert v.detail == (
-        "in pg 1 (ranks 0-3), ranks 0-2 are at ALLREDUCE #5 (timeout); rank 3 is still in "
-        "ALLREDUCE #4 (timeout) and never joined #5: one collective behind"
+        "in pg 1 (ranks 0-3), ranks 0-2 are at ALLREDUCE SeqNum=5 (timeout); rank 3 is still in "
+        "ALLREDUCE SeqNum=4 (timeout) and never joined SeqNum=5: one collective behind"
     )
 
 
@@ -867,8 +870,8 @@ def test_ras_224_total_count_mismatch() -> None:
     (v,) = compare_process_groups(rep.rows)
     assert (v.kind, v.odd_ranks, v.pg) == (VerdictKind.DESYNC, (5,), "5c1a4fae5a0bd7a8")
     assert v.detail == (
-        "in pg 5c1a4fae5a0bd7a8(#0-0) (ranks 0-7), ranks 0-4,6-7 are at #48213 (launched); "
-        "rank 5 launched up to #48212, not #48213: one operation behind"
+        "in communicator 5c1a4fae5a0bd7a8 (#0-0, its ranks 0-7), ranks 0-4,6-7 are at operation 48213 "
+        "(launched); rank 5 launched up to operation 48212, not operation 48213: one operation behind"
     )
     assert not rep.healthy
 
@@ -889,7 +892,7 @@ def test_ras_226_per_type_counts() -> None:
         ("AllReduce", (2, 6), [Relation.BEHIND, Relation.AHEAD]),
         ("Broadcast", (2,), [Relation.BEHIND]),
     ]
-    assert "rank 6 launched up to #733121: one AllReduce operation ahead" in verdicts[0].detail
+    assert "rank 6 launched up to operation 733121: one AllReduce operation ahead" in verdicts[0].detail
 
 
 def test_ras_healthy() -> None:
@@ -912,21 +915,22 @@ def test_ras_dead_and_missing() -> None:
     ]
     assert rep.issues[0].processes == (nccl_ras.RasProcess(51234, "10.20.4.13", (2,), 23),)
     assert rep.issues[1].missing_ranks == (6,)
+    # the one dead process is why the communicator misses its one rank: it is that rank
     assert [(o.rank, o.relation, o.pid) for o in rep.odd_ranks] == [
-        (None, "dead", 51234),
+        (6, "dead", 51234),
         (6, "missing", None),
         (None, "unresponsive", 51231),
     ]
-    (r,) = rep.rows
-    assert (r.rank, r.pg, r.seq, r.state, r.pg_ranks) == (
-        6,
-        "3f7d9a0c5e21b844",
-        None,
-        "missing",
-        tuple(range(8)),
-    )
-    (v,) = compare_process_groups(rep.rows)
-    assert (v.kind, v.odd_ranks, v.odd[0].relation) == (VerdictKind.ABSENT, (6,), Relation.MISSING)
+    assert [(r.rank, r.pg, r.seq, r.state) for r in rep.rows] == [
+        (6, nccl_ras.JOB_PG, None, "dead"),
+        (6, "3f7d9a0c5e21b844", None, "missing"),
+    ]
+    assert rep.rows[1].pg_ranks == tuple(range(8))
+    verdicts = compare_process_groups(rep.rows)
+    assert [(v.kind, v.odd_ranks, v.odd[0].relation) for v in verdicts] == [
+        (VerdictKind.ABSENT, (6,), Relation.DEAD),
+        (VerdictKind.ABSENT, (6,), Relation.MISSING),
+    ]
 
 
 def test_ras_unknown_lines_are_returned() -> None:
@@ -1089,4 +1093,59 @@ def test_ras_status_mismatch_and_dead_process_named_by_pid() -> None:
         (2, "dead", 412007, "process 412007 on node 10.15.83.92 (GPU 2): dead"),  # pid -> rank from the block
         (2, "status", 412007, "rank 2 has status ABORT"),
     ]
-    assert rep.rows == ()  # no counts, no missing ranks: nothing for the collectives view
+    # no counts: only the dead process, a job-level absent row of the rank its pid names
+    assert [(r.rank, r.pg, r.seq, r.state) for r in rep.rows] == [(2, nccl_ras.JOB_PG, None, "dead")]
+
+
+def test_ras_outlier_groups_listed_one_rank_per_line() -> None:
+    # NCCL lists each rank of a small outlier group on its own line (client_support.cc), and counts ranks
+    # that launched nothing apart; the majority stays unnamed
+    lines = [
+        "Warnings",
+        "========",
+        "",
+        "#0-0 (0badc0ffee123456) MISMATCH",
+        "  Communicator ranks have different AllReduce operation counts",
+        "  5 ranks have launched up to operation 900",
+        "  2 ranks have launched up to operation 899",
+        "  Rank 3 -- GPU 3 managed by process 1003 on node n1",
+        "  Rank 6 -- GPU 6 managed by process 1006 on node n1",
+        "  Rank 7 has not launched any operations -- GPU 7 managed by process 1007 on node n1",
+    ]
+    rep = nccl_ras.parse_nccl_ras(lines)
+    assert rep.unmatched == ()
+    assert [(o.rank, o.relation, o.count, o.pid) for o in rep.odd_ranks] == [
+        (3, "lagging", 899, 1003),
+        (6, "lagging", 899, 1006),
+        (7, "lagging", 0, 1007),
+    ]
+    # no communicators table (a cut paste): the counts add up to the communicator's 8 ranks
+    inferred = sorted(r.rank for r in rep.rows if r.inferred)
+    assert inferred == [0, 1, 2, 4, 5]
+    (v,) = compare_process_groups(rep.rows)
+    assert (v.kind, v.odd_ranks, v.reference_seq) == (VerdictKind.DESYNC, (3, 6, 7), 900)
+
+
+def test_ras_incomplete_communicator_and_dead_process_tied_to_its_rank() -> None:
+    lines = [
+        "Errors",
+        "======",
+        "",
+        "DEAD",
+        "  1 job process is considered dead (unreachable via the RAS network)",
+        "  Process 51234 on node 10.20.4.13 managing GPU 2",
+        "",
+        "#0-0 (3f7d9a0c5e21b844) INCOMPLETE",
+        "  Missing communicator data from 1 rank",
+        "  Rank 6 -- [process information not found]",
+    ]
+    rep = nccl_ras.parse_nccl_ras(lines)
+    assert rep.unmatched == ()
+    dead = [o for o in rep.odd_ranks if o.relation == "dead"]
+    assert [(o.rank, o.pid) for o in dead] == [(6, 51234)]
+    assert "the one rank a communicator misses" in dead[0].reason
+    assert sorted((r.rank, r.state, r.pg) for r in rep.rows) == [
+        (6, "dead", nccl_ras.JOB_PG), (6, "missing", "3f7d9a0c5e21b844")]
+    verdicts = compare_process_groups(rep.rows)
+    assert {(v.kind, v.odd_ranks) for v in verdicts} == {(VerdictKind.ABSENT, (6,))}
+    assert any(o.relation == Relation.DEAD for v in verdicts for o in v.odd)

@@ -168,3 +168,34 @@ def test_scan_index_links_every_incident_report(tmp_path: Path, page_of):
     links.first.click()
     page.wait_for_load_state("load")
     assert "stopped making forward progress" in page.locator("#verdict").inner_text()
+
+
+def test_collective_timeline_panel_highlights_the_odd_rank(tmp_path: Path, page_of):
+    from test_collectives_ingest import T0, dump, history, write_dump
+
+    eng = tmp_path / "fr-engine"
+    for r in range(4):
+        last, state = (511, "completed") if r == 2 else (512, "started")
+        write_dump(eng, f"nccl_trace_rank_{r}", dump(history("0", "tp:0", last, state, T0), {"0": ("tp:0", [0, 1, 2, 3])}))
+    out = tmp_path / "fr.html"
+    api.report(eng, out)
+    page, messages, requests = page_of(out)
+    assert messages == [] and requests == []
+    panel = page.locator('.coll-panel[data-pg="0(tp:0)"]')
+    assert panel.is_visible() and panel.get_attribute("data-verdict") == "desync"
+    rows = panel.locator("tr.coll-rank")
+    assert [rows.nth(i).get_attribute("data-rank") for i in range(rows.count())] == ["rank0", "rank1", "rank2", "rank3"]
+    odd = panel.locator("tr.coll-rank.odd")
+    assert odd.count() == 1 and odd.get_attribute("data-rank") == "rank2"
+    head = odd.locator("th")
+    color = head.evaluate("e => getComputedStyle(e).backgroundColor")
+    normal = panel.locator('tr.coll-rank[data-rank="rank0"] th').evaluate("e => getComputedStyle(e).backgroundColor")
+    assert color != normal                                     # highlighted, visibly
+    # rank 2 finished #511 and never started #512: its #512 cell is empty, the others' are started
+    last = panel.locator("th.seq").last
+    assert last.inner_text() == "#512"
+    assert odd.locator("td.cell").last.get_attribute("class") == "cell none"
+    assert panel.locator('tr.coll-rank[data-rank="rank0"] td.cell').last.get_attribute("class") == "cell started"
+    # a binary dump's evidence is described by its entries, never shown as its bytes
+    assert page.locator(".excerpt").first.inner_text().startswith("entry ")
+    page.screenshot(path=str(tmp_path / "fr.png"), full_page=True)

@@ -1,54 +1,60 @@
-"""Collective records compared per process group: who is behind, who is elsewhere, who is missing.
+"""Collective records compared per process group: one matcher for every source.
 
-The ``collectives`` view holds one row per (engine, source, rank, process group, SeqNum, op): torch
-ProcessGroupNCCL timeouts, Flight Recorder entries, NCCL RAS counts.  Within one group (never across
-groups: SeqNums are per group) each rank's latest collective is taken; the majority of ranks is the
-reference.  Ranks at another SeqNum or op are a desync (the minority is named); when every reporting
-rank agrees, the hang is elsewhere: a member of the group that never reported is the rank the others
-waited for (named only when the evidence knows the group's members).
+The ``collectives`` view holds one row per (engine, source, rank, process group, sequence number, op):
+torch ProcessGroupNCCL timeouts, Flight Recorder entries, NCCL RAS counts.  Each engine's rows go
+through :func:`~hangforensics.analysis.collective_match.compare_process_groups`, which compares ranks
+only within one (source, process group, counter), takes the majority of ranks as the reference and
+names the minority (behind, ahead, in another op, with other sizes) or the members that are missing
+or dead.  This module adds what only the store knows: the engine's rank labels and world size (a torch
+group's members), the Flight Recorder dumps that exist (a rank that dumped is not missing), evidence
+lines, the clock the times are on, and the desync-debug report as a fact on the same collective
+(:mod:`.desync_facts`).  The verdicts fill ``collective_verdicts``, which the rules
+``collective-desync`` and ``first-rank-stopped`` read.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from datetime import datetime
+import json
+import re
+from collections import defaultdict
 from typing import Any
 
+from ..parsers.collective_rows import CollectiveRow
+from ..parsers.flight_recorder import rank_from_filename
+from ..parsers.nccl_ras import JOB_PG
 from ..ranks import label_global_rank, rank_key
 from ..store import Store
+from .collective_match import Verdict, VerdictKind, compare_process_groups
+from .desync_facts import attach_reports, bare_pg, tie_reports
 
 # A group whose name the lines do not print: its ranks are compared only within this many SeqNums
 # (different groups' counters are unrelated and usually far apart).
 UNNAMED_GROUP_MAX_GAP = 3
+UNNAMED = "a process group the lines do not name"
+WHY = {
+    VerdictKind.DESYNC: "Ranks of one group must issue the same collectives in the same order: the minority is "
+                        "out of step.",
+    VerdictKind.ABSENT: "The peers were waiting for it: the absent rank stopped first (its stop time is not in "
+                        "the evidence).",
+}
 
 
 def rebuild(store: Store, engines: list[str]) -> None:
     store.con.execute("DELETE FROM collective_verdicts WHERE list_contains(?, engine)", [engines])
-    rows = store.query(
-        "SELECT * FROM collectives WHERE list_contains(?, engine) AND seq IS NOT NULL "
-        "AND coalesce(rank, pg_rank) IS NOT NULL ORDER BY engine, source, pg, rank, seq", [engines])
-    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
-    for r in rows:
-        # an unnamed group ('?'): at least keep different ops apart
-        pg = r["pg"] if r["pg"] != "?" else f"?{r['op'] or ''}"
-        groups[(r["engine"], r["source"], pg)].append(r)
     out: list[dict[str, Any]] = []
-    for (engine, source, pg), recs in groups.items():
-        ctx = _EngineContext.of(store, engine)
-        verdict = compare_group(engine, source, pg, recs, ctx)
-        if verdict is not None:
-            out.append(verdict)
+    for engine in engines:
+        out.extend(judge_engine(store, engine))
     store.append("collective_verdicts", out)
 
 
-class _EngineContext:
+class EngineContext:
     """What the rest of an engine's evidence says about its ranks: SGLang labels and the world size."""
 
     def __init__(self, labels: list[str], world: int | None, pure_tp: bool) -> None:
         self.labels, self.world, self.pure_tp = labels, world, pure_tp
 
     @classmethod
-    def of(cls, store: Store, engine: str) -> _EngineContext:
+    def of(cls, store: Store, engine: str) -> EngineContext:
         labels = [r["rank"] for r in store.query(
             "SELECT DISTINCT rank FROM batches WHERE engine = ? UNION SELECT DISTINCT rank FROM events "
             "WHERE engine = ? AND rank <> '' AND rank NOT LIKE 'rank%' AND kind NOT LIKE 'vllm%'",
@@ -66,89 +72,214 @@ class _EngineContext:
         return label_global_rank(rank, self.labels)
 
 
-def compare_group(engine: str, source: str, pg: str, recs: list[dict], ctx: _EngineContext) -> dict | None:
-    """The verdict on one process group's records (None when fewer than two ranks speak and no member
-    is known to be missing)."""
-    latest: dict[int, dict] = {}
-    for r in recs:
-        key = r["rank"] if r["rank"] is not None else r["pg_rank"]
-        if key not in latest or (r["seq"], r["ts"] or datetime.min) > (latest[key]["seq"], latest[key]["ts"] or datetime.min):
-            latest[key] = r
-    votes = Counter((r["seq"], (r["op"] or "").upper()) for r in latest.values())
-    (ref_seq, ref_op), n_ref = votes.most_common(1)[0]
-    tie = len(votes) > 1 and list(votes.values()).count(n_ref) > 1
-    odd = {k: r for k, r in latest.items() if (r["seq"], (r["op"] or "").upper()) != (ref_seq, ref_op)}
+def judge_engine(store: Store, engine: str) -> list[dict[str, Any]]:
+    """The ``collective_verdicts`` rows of one engine."""
+    view = store.query("SELECT * FROM collectives WHERE engine = ? ORDER BY source, pg, rank, seq", [engine])
+    if not view:
+        return _unranked_dead(store, engine)
+    ctx = EngineContext.of(store, engine)
+    rows, where = _matcher_rows([r for r in view if r["source"] != "desync_report"])
+    # a rank whose dump exists is not missing, even when nothing of a group is left in it (or it was refused)
+    dumps = store.query("SELECT path FROM sources WHERE engine = ? AND kind = 'flight_recorder'", [engine])
+    reporters = {"flight_recorder": [r for d in dumps if (r := rank_from_filename(d["path"])) is not None]}
+    verdicts = compare_process_groups(rows, reporters, _torch_members(rows, ctx))
+    clock = _fr_clock(store, engine) if any(r.source == "flight_recorder" for r in rows) else ""
+    out = _verdict_rows(engine, verdicts, where, ctx, clock)
+    reports = tie_reports([r for r in view if r["source"] == "desync_report"],
+                          [r for r in view if r["source"] == "torch_nccl"])
+    out = attach_reports(out, reports, ctx.label)
+    if not any(v["source"] == "nccl_ras" and v["verdict"] == "absent" for v in out):
+        out += _unranked_dead(store, engine)          # a named absent rank says more than an unnamed process
+    return out
+
+
+def _unranked_dead(store: Store, engine: str) -> list[dict[str, Any]]:
+    """Processes NCCL RAS reports dead or unresponsive whose rank nothing in the report gives: still a
+    fact (ranks [] names the whole group as suspect scope), with host, pid and GPU in the detail."""
+    facts = store.query("SELECT path, line, message, json_extract_string(attrs, '$.relation') AS rel, "
+                        "json_extract_string(attrs, '$.reason') AS reason FROM events WHERE engine = ? "
+                        "AND kind = 'nccl_ras' AND rank = '' AND json_extract_string(attrs, '$.relation') "
+                        "IN ('dead', 'unresponsive', 'missing') ORDER BY line", [engine])
+    if not facts:
+        return []
+    said = "; ".join(f["reason"] or f["message"] for f in facts)
+    return [{"engine": engine, "source": "nccl_ras", "pg": "the job's processes", "verdict": "absent", "ranks": [],
+             "majority_ranks": [], "seq": None, "op": None, "ts": None, "ts_basis": "read",
+             "detail": f"NCCL RAS reports {len(facts)} job process(es) dead, unreachable or missing, whose rank "
+                       f"the report does not print: {said}. The other ranks wait for them in every collective they share: "
+                       f"map the host and pid (or GPU) to its rank to name the one that stopped first.",
+             "evidence": [{"file": f["path"], "line": f["line"]} for f in facts][:12]}]
+
+
+# -- from the view to the matcher ----------------------------------------------------------------------
+
+
+def _matcher_rows(view: list[dict]) -> tuple[list[CollectiveRow], dict[tuple, list[dict]]]:
+    """CollectiveRows of the view's rows, and per (source, pg, rank) its rows (for evidence lines)."""
+    rows: list[CollectiveRow] = []
+    where: dict[tuple, list[dict]] = defaultdict(list)
+    for r in _name_unnamed(view):
+        rank = r["rank"] if r["rank"] is not None else r.get("pg_rank")
+        attrs = json.loads(r["attrs"]) if r.get("attrs") else {}
+        state = "timeout" if r["state"] == "timed_out" else r["state"]
+        rows.append(CollectiveRow(
+            r["source"], rank, r["pg"], r["seq"], r["op"] or "", state, r["ts"], int(r["records"] or 1),
+            pg_desc=r.get("pg_desc"), pg_ranks=tuple(r["pg_ranks"]) if r.get("pg_ranks") else None,
+            seq_kind=r.get("seq_kind") or "collective",
+            input_sizes=tuple(tuple(x) for x in attrs.get("input_sizes", ())),
+            output_sizes=tuple(tuple(x) for x in attrs.get("output_sizes", ())),
+            input_dtypes=tuple(attrs.get("input_dtypes", ())), output_dtypes=tuple(attrs.get("output_dtypes", ())),
+            inferred=bool(attrs.get("inferred")), reason=attrs.get("reason"), line=r["line"]))
+        where[(r["source"], r["pg"], rank)].append(r)
+    return rows, where
+
+
+def _name_unnamed(view: list[dict]) -> list[dict]:
+    """Torch lines that name no group ('?'): one group per op and per cluster of nearby SeqNums, since the
+    counters of different groups are unrelated (usually far apart)."""
+    out = [r for r in view if r["pg"] != "?"]
+    unnamed = [r for r in view if r["pg"] == "?"]
+    by_op: dict[str, list[dict]] = defaultdict(list)
+    for r in unnamed:
+        by_op[(r["op"] or "").upper()].append(r)
+    for op, rs in by_op.items():
+        latest: dict[Any, int] = {}
+        for r in rs:
+            k = r["rank"] if r["rank"] is not None else r.get("pg_rank")
+            latest[k] = max(latest.get(k, r["seq"] or 0), r["seq"] or 0)
+        cluster, prev, k = {}, None, 0
+        for seq in sorted(set(latest.values())):
+            if prev is not None and seq - prev > UNNAMED_GROUP_MAX_GAP:
+                k += 1
+            cluster[seq], prev = k, seq
+        for r in rs:
+            key = r["rank"] if r["rank"] is not None else r.get("pg_rank")
+            out.append({**r, "pg": f"?{op}#{cluster[latest[key]]}", "pg_desc": None})
+    return out
+
+
+def _torch_members(rows: list[CollectiveRow], ctx: EngineContext) -> dict[tuple[str, str], range]:
+    """A torch group's members when the engine's world size covers it (tensor x pipeline parallel size):
+    the lines list no members, but a group whose ranks all lie below the world size spans it."""
+    if not ctx.world:
+        return {}
+    ranks: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for r in rows:
+        if r.source == "torch_nccl" and r.rank is not None:
+            ranks[(r.source, r.pg)].add(r.rank)
+    return {k: range(ctx.world) for k, rs in ranks.items() if rs and max(rs) < ctx.world}
+
+
+def _fr_clock(store: Store, engine: str) -> str:
+    """One sentence on the clock the Flight Recorder times are on (ingest/collective_clock.py set it)."""
+    rows = store.query("SELECT max(clock_offset_s) AS off, max(note) AS note FROM sources "
+                       "WHERE engine = ? AND kind = 'flight_recorder'", [engine])
+    off = rows[0]["off"] if rows else None
+    note = next((n for n in (rows[0]["note"] or "").split("; ") if n.startswith("times ")), "") if rows else ""
+    if off:
+        return f" Flight Recorder {note or f'times aligned to the log clock by {off:+.0f} s'}."
+    return " Flight Recorder times are UTC as the dumps record them (epoch ns); no log line of this engine " \
+           "aligns them to the log clock."
+
+
+# -- from the matcher to collective_verdicts -------------------------------------------------------------
+
+
+def _verdict_rows(engine: str, verdicts: list[Verdict], where: dict[tuple, list[dict]], ctx: EngineContext,
+                  clock: str) -> list[dict[str, Any]]:
+    agree = {(v.source, v.pg): v for v in verdicts if v.kind == VerdictKind.AGREE}
+    out = []
+    for v in verdicts:
+        detail = v.detail
+        if v.kind == VerdictKind.ABSENT and (v.source, v.pg) in agree and ", " in detail:
+            # what the others agree on, then who never said it
+            said = agree[(v.source, v.pg)].detail.split(": they agree")[0]
+            said = re.sub(r"\b(?:all (\d+)|both) ranks are at", lambda m: f"the {m.group(1) or 2} ranks that reported "
+                          f"are at", said)
+            detail = f"{said}; {detail.split(', ', 1)[1]}"
+        if v.pg.startswith("?"):
+            detail = detail.replace(f"in pg {v.pg}", f"in {UNNAMED} ({v.pg[1:].split('#')[0] or 'op unknown'})")
+        detail = detail[:1].upper() + detail[1:] + "."
+        if v.kind in WHY:
+            detail += " " + WHY[v.kind]
+        named = {**{o.rank: ctx.label(o.rank) for o in v.odd}, **{r: ctx.label(r) for r in v.reference_ranks}}
+        mapped = [f"rank {r} = {lbl}" for r, lbl in sorted(named.items()) if lbl != f"rank{r}"]
+        if mapped:
+            detail += f" ({'; '.join(mapped[:16])}.)"
+        if v.source == "flight_recorder":
+            detail += clock
+        if v.source == "nccl_ras":
+            detail += _communicator_ranks(v, where)
+        kind = {VerdictKind.UNDECIDED: "undecided" if v.reference_ranks else "split"}.get(v.kind, v.kind.value)
+        out.append({
+            "engine": engine, "source": v.source, "pg": _pg_label(v), "verdict": kind,
+            "ranks": sorted((ctx.label(o.rank) for o in v.odd), key=rank_key),
+            "majority_ranks": sorted((ctx.label(r) for r in v.reference_ranks), key=rank_key),
+            "seq": v.reference_seq, "op": v.reference_op, "ts": v.ts, "ts_basis": "read", "detail": detail,
+            "evidence": _evidence(v, where)})
+    return _merge_counters(out)
+
+
+def _merge_counters(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One desync row per (source, group): a RAS communicator compares each collective type's count on its
+    own, but a rank odd in any of them is odd in the communicator."""
+    out: list[dict[str, Any]] = []
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["source"], r["pg"])
+        if r["verdict"] != "desync" or key not in seen:
+            out.append(r)
+            if r["verdict"] == "desync":
+                seen[key] = r
+            continue
+        first = seen[key]
+        first["ranks"] = sorted(set(first["ranks"]) | set(r["ranks"]), key=rank_key)
+        first["majority_ranks"] = sorted(set(first["majority_ranks"]) - set(first["ranks"]), key=rank_key)
+        more = r["detail"].replace(" " + WHY[VerdictKind.DESYNC], "").split("), ", 1)[-1]
+        first["detail"] = first["detail"].replace(" " + WHY[VerdictKind.DESYNC], "") + \
+            f" {more[:1].upper()}{more[1:]} {WHY[VerdictKind.DESYNC]}"
+        first["evidence"] = (first["evidence"] + r["evidence"])[:12]
+        first["ts"] = min((t for t in (first["ts"], r["ts"]) if t is not None), default=None)
+    return out
+
+
+def _communicator_ranks(v: Verdict, where: dict[tuple, list[dict]]) -> str:
+    """A RAS rank is the rank in its communicator: global only when the communicator spans every GPU."""
+    attrs = [json.loads(r["attrs"]) for (src, pg, _), rs in where.items() if src == v.source and pg == v.pg
+             for r in rs if r.get("attrs")]
+    job = next((a["job_gpus"] for a in attrs if a.get("job_gpus")), None)
+    if job and v.ranks and len(v.ranks) < job:
+        return (f" The ranks are the communicator's own (it spans {len(v.ranks)} of the job's {job} GPUs), not "
+                f"global ranks: the GPU, process and node on each rank's line say which process it is.")
+    return ""
+
+
+def _pg_label(v: Verdict) -> str:
+    return group_label(v.source, v.pg, v.pg_desc)
+
+
+def group_label(source: str, pg: str, desc: str | None) -> str:
+    """How verdicts, findings and the report name a group: '1(tp:0)' as torch prints it, 'communicator
+    <hash> (#0-0)' for NCCL RAS."""
     if pg.startswith("?"):
-        odd = {k: r for k, r in odd.items() if abs(r["seq"] - ref_seq) <= UNNAMED_GROUP_MAX_GAP}
-    base = {"engine": engine, "source": source, "pg": pg, "seq": ref_seq, "op": ref_op or None,
-            "majority_ranks": [ctx.label(k) for k in sorted(latest) if k not in odd]}
-    where = f"process group {pg}" if not pg.startswith("?") else "an unnamed process group"
-    if odd and not tie and len(latest) >= 2:
-        return {**base, "verdict": "desync", **_desync(where, latest, odd, ref_seq, ref_op, ctx)}
-    members = _members(recs, ctx)
-    absent = sorted(members - set(latest)) if members else []
-    # a missing member among agreeing peers is "the rank they waited for" only when it is a small minority
-    # (half a group missing is evidence missing: one node's stderr, not a stopped rank)
-    if absent and len(absent) <= max(1, len(members) // 4) and len(latest) >= 2 and set(latest) <= members:
-        labels = [ctx.label(a) for a in absent]
-        said = ", ".join(ctx.label(k) for k in sorted(latest))
-        ev = [{"file": r["path"], "line": r["line"]} for _, r in sorted(latest.items())][:8]
-        what = _what(source, ref_seq, ref_op)
-        return {**base, "verdict": "absent", "ranks": labels, "ts": None, "ts_basis": "read",
-                "detail": f"In {where} ({len(members)} members), {said} all {what}; "
-                          f"{', '.join(labels)} never did. The peers were waiting for "
-                          f"{'it' if len(labels) == 1 else 'them'}: the absent rank stopped first (its stop "
-                          f"time is not in the evidence).", "evidence": ev}
-    if len(latest) < 2:
-        return None
-    ts = min((r["ts"] for r in latest.values() if r["ts"]), default=None)
-    detail = (f"In {where}, the {len(latest)} ranks that reported all {_what(source, ref_seq, ref_op)}: they "
-              f"agree, so the collective waits on something outside these reports"
-              + (" (no rank is known to be missing)." if not members else "."))
-    if tie:
-        detail = (f"In {where}, the reporting ranks split evenly between "
-                  f"{' and '.join(f'SeqNum {s} {o}'.strip() for s, o in votes)}: no majority to name a minority.")
-    return {**base, "verdict": "split" if tie else "agree", "ranks": [], "ts": ts, "ts_basis": "read",
-            "detail": detail, "evidence": [{"file": r["path"], "line": r["line"]} for r in list(latest.values())[:4]]}
-
-
-def _desync(where: str, latest: dict[int, dict], odd: dict[int, dict], ref_seq: int, ref_op: str,
-            ctx: _EngineContext) -> dict[str, Any]:
-    parts = []
-    for k, r in sorted(odd.items()):
-        delta = r["seq"] - ref_seq
-        how = ("behind by " + str(-delta) if delta < 0 else "ahead by " + str(delta)) + " collective(s)" \
-            if delta else f"in {r['op']} instead of {ref_op}"
-        parts.append(f"{ctx.label(k)} at SeqNum={r['seq']} {r['op'] or ''}".rstrip() + f" ({how})")
-    majority = [k for k in latest if k not in odd]
-    ts = min((r["ts"] for r in odd.values() if r["ts"]), default=None)
-    ev = [{"file": r["path"], "line": r["line"]} for _, r in sorted(odd.items())]
-    ev += [{"file": latest[k]["path"], "line": latest[k]["line"]} for k in sorted(majority)[:3]]
-    return {"ranks": sorted((ctx.label(k) for k in odd), key=rank_key), "ts": ts, "ts_basis": "read",
-            "evidence": ev,
-            "detail": f"In {where}, {len(majority)} of {len(latest)} reporting ranks are at SeqNum={ref_seq} "
-                      f"{ref_op or ''}".rstrip() + f"; {'; '.join(parts)}. Ranks of one group must issue the "
-                      f"same collectives in the same order: the minority is out of step."}
-
-
-def _members(recs: list[dict], ctx: _EngineContext) -> set[int]:
-    """The group's members when the evidence knows them: a listed member set, else the engine's world
-    (tensor x pipeline parallel size) for a group that spans it."""
-    listed = [r.get("pg_ranks") for r in recs if r.get("pg_ranks")]
-    if listed:
-        return set(listed[0])
-    if ctx.world:
-        ranks = {r["rank"] for r in recs if r["rank"] is not None}
-        if ranks and max(ranks) < ctx.world:
-            return set(range(ctx.world))
-    return set()
-
-
-def _what(source: str, seq: int, op: str | None) -> str:
-    op = f" ({op})" if op else ""
-    if source == "torch_nccl":
-        return f"timed out waiting in collective SeqNum={seq}{op}"
+        return UNNAMED
     if source == "nccl_ras":
-        return f"launched {seq} operations{op}"
-    return f"reached collective #{seq}{op}"
+        return "the job's processes" if pg == JOB_PG else f"communicator {pg}" + (f" ({desc})" if desc else "")
+    if desc and desc != pg and not pg.endswith(f"({desc})"):
+        return f"{pg}({desc})"
+    return pg
 
+
+def _evidence(v: Verdict, where: dict[tuple, list[dict]]) -> list[dict[str, Any]]:
+    """The odd ranks' records at the collective they stand at, then a few of the reference's."""
+    def at(rank: int, seq: int | None) -> dict | None:
+        rs = where.get((v.source, v.pg, rank), [])
+        hit = [r for r in rs if seq is not None and r["seq"] == seq] or rs[-1:]
+        return {"file": hit[0]["path"], "line": hit[0]["line"]} if hit else None
+
+    ev = [at(o.rank, o.seq) for o in v.odd]
+    ev += [at(r, v.reference_seq) for r in v.reference_ranks[:4]]
+    return [e for e in ev if e is not None][:12]
+
+
+__all__ = ["bare_pg", "group_label", "judge_engine", "rebuild"]

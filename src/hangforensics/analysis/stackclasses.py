@@ -13,6 +13,12 @@ in ``rank_collectives``; ranks of one engine waiting in different collectives
 or call sites are a desync, and the minority class is named as the odd ranks.
 A rank in no collective at all (idle path, spinning event loop) is never a
 desync by itself: one snapshot cannot tell it from a slow iteration.
+
+Flight Recorder dumps (format ``flight_recorder``) take part too: a rank's "main thread" is the entry
+it stands at (the collective it waits in, else its newest), so its call site joins the classes.  They
+form captures of their own (their ranks are torch's ``rankN``, not the log's labels) and never make a
+desync here: one recorded call site per rank says less than the dumps' sequence numbers, which the
+collective matcher (``collectives.py``) judges once, per process group.
 """
 
 from __future__ import annotations
@@ -62,8 +68,10 @@ def leaf_name(fn: str) -> str:
 
 
 def compact_ranks(labels: list[str]) -> str:
-    """['TP0','TP1','TP2','TP5'] -> 'TP0-2,5'; other tags (DP/EP) are summarised by their TP numbers."""
-    nums = sorted({rank_numbers(x).get("TP") for x in labels if rank_numbers(x).get("TP") is not None})
+    """['TP0','TP1','TP2','TP5'] -> 'TP0-2,5'; other tags (DP/EP) are summarised by their TP numbers;
+    torch's ['rank0', 'rank1'] -> 'rank0-1'."""
+    tag = "rank" if labels and all(rank_numbers(x).get("rank") is not None for x in labels) else "TP"
+    nums = sorted({rank_numbers(x).get(tag) for x in labels if rank_numbers(x).get(tag) is not None})
     if not nums:
         return ",".join(sorted(labels))
     parts, start, prev = [], nums[0], nums[0]
@@ -74,7 +82,7 @@ def compact_ranks(labels: list[str]) -> str:
         parts.append(f"{start}-{prev}" if prev > start else f"{start}")
         if n is not None:
             start = prev = n
-    return "TP" + ",".join(parts)
+    return tag + ",".join(parts)
 
 
 @dataclass
@@ -87,12 +95,16 @@ class RankStack:
     path: str
     line: int
     pid: int | None = None
+    flight_recorder: bool = False       # a Flight Recorder entry's recorded stack, not a live capture
+
+
+FR_PENDING = ("started", "scheduled")
 
 
 def main_stacks(store: Store, engine: str) -> list[RankStack]:
     rows = store.query(
         """SELECT s.dump_id, s.thread_id, s.rank, s.ts, s.thread_state, s.thread_name, s.pid, s.path, s.line,
-                  list({'function': f.function, 'file': f.file, 'line': f.line, 'native': f.native}
+                  s.format, list({'function': f.function, 'file': f.file, 'line': f.line, 'native': f.native}
                        ORDER BY f.depth) AS frames
            FROM stacks s JOIN frames f ON f.dump_id = s.dump_id AND f.thread_id = s.thread_id
            WHERE s.engine = ? AND s.rank <> '' GROUP BY ALL""", [engine])
@@ -101,7 +113,10 @@ def main_stacks(store: Store, engine: str) -> list[RankStack]:
         by_dump[r["dump_id"]].append(r)
     out = []
     for threads in by_dump.values():
-        main = [t for t in threads if t["thread_name"] == "MainThread"] or \
+        fr = [t for t in threads if t["format"] == "flight_recorder"]
+        # a dump's entry the rank waits in (its newest such), else its newest one
+        main = sorted(fr, key=lambda t: (t["thread_state"] in FR_PENDING, t["line"] or 0), reverse=True)[:1] or \
+               [t for t in threads if t["thread_name"] == "MainThread"] or \
                [t for t in threads if t["pid"] is not None and str(t["pid"]) == str(t["thread_id"])] or \
                [t for t in threads if t["frames"] and t["frames"][-1]["function"] == "<module>"] or \
                (threads if len(threads) == 1 and not threads[0]["thread_name"] else [])
@@ -109,17 +124,19 @@ def main_stacks(store: Store, engine: str) -> list[RankStack]:
             continue
         t = main[0]
         out.append(RankStack(t["rank"], t["dump_id"], t["ts"], t["thread_state"] or "", t["frames"], t["path"],
-                             t["line"], t["pid"]))
+                             t["line"], t["pid"], bool(fr)))
     return out
 
 
 def captures(stacks: list[RankStack]) -> list[list[RankStack]]:
-    """Group dumps taken close together; within a capture keep the latest dump per rank."""
-    stacks = sorted(stacks, key=lambda s: (s.ts or datetime.min))
+    """Group dumps taken close together; within a capture keep the latest dump per rank.  Flight Recorder
+    stacks are captures of their own (another rank naming, and another kind of snapshot)."""
+    stacks = sorted(stacks, key=lambda s: (s.flight_recorder, s.ts or datetime.min))
     groups: list[list[RankStack]] = []
     for s in stacks:
-        if groups and (s.ts is None or groups[-1][0].ts is None
-                       or (s.ts - groups[-1][0].ts) <= timedelta(seconds=CAPTURE_WINDOW_S)):
+        if groups and groups[-1][0].flight_recorder == s.flight_recorder and (
+                s.ts is None or groups[-1][0].ts is None
+                or (s.ts - groups[-1][0].ts) <= timedelta(seconds=CAPTURE_WINDOW_S)):
             groups[-1].append(s)
         else:
             groups.append([s])
@@ -195,6 +212,8 @@ def build(store: Store, engine: str) -> tuple[list[dict], list[dict], list[dict]
                    "line": s.line}
             coll_rows.append(row)
             per_rank.append(row)
+        if any(s.flight_recorder for s in cap):
+            continue                 # the dumps' desync is the collective matcher's, judged once per group
         waiting = [r for r in per_rank if r["collective"]]
         groups: dict[tuple, list[dict]] = defaultdict(list)
         for r in waiting:

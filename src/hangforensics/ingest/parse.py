@@ -14,6 +14,7 @@ from ..readers.kinds import CAPTURE_KINDS, STACK_KINDS
 from ..readers.layout import EvidenceFile
 from ..readers.logfile import detect_compose, head_text, iter_chunks
 from ..store import LOADED_TABLES
+from . import collective_parse
 from .jobs import CHECKPOINT, FileJob, FileOutcome
 
 
@@ -39,6 +40,10 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
     elif job.kind in CAPTURE_KINDS:
         from .bundles import parse_bundle_json
         yield from parse_bundle_json(f.engine, f.abs_path, f.rel_path, job.kind, out)
+    elif job.kind == "flight_recorder":
+        yield from collective_parse.parse_flight_recorder_file(f, out)
+    elif job.kind == "nccl_ras":
+        yield from collective_parse.parse_ras_file(f, out)
     elif job.kind == "unknown":
         yield from _parse_unknown(f, out)
         out.notes.extra.append(f"no known evidence format (not an SGLang/vLLM/torch log, stack dump or "

@@ -51,8 +51,9 @@ def is_live(st: os.stat_result) -> bool:
     return time.time() - st.st_mtime < LIVE_SECONDS
 
 
-# Kinds whose identical content does not mean the same evidence (two captures that both failed alike).
-NO_IDENTITY = ("unknown", "capture_error", "binary")
+# Kinds whose identical content does not mean the same evidence (two captures that both failed alike; two
+# ranks' Flight Recorder dumps, which name their rank only in the file name).
+NO_IDENTITY = ("unknown", "capture_error", "binary", "flight_recorder")
 
 
 # -- planning --------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from .collective_rows import CollectiveRow, parse_rank_list
 
 SOURCE = "nccl_ras"
+JOB_PG = "(job)"            # the 'pg' of a process NCCL reports dead or missing from the whole job
 
 VERSION_RE = re.compile(r"^NCCL version (?P<nccl>\S+)(?: compiled with CUDA (?P<cuda>\S+))?\s*$")
 CUDA_RE = re.compile(r"^CUDA runtime version (?P<runtime>\d+), driver version (?P<driver>\d+)\s*$")
@@ -73,9 +74,14 @@ PLAIN_BLOCK_RE = re.compile(r"^(?P<title>[A-Z][A-Z_ -]*[A-Z])\s*$")
 # Lines inside a block (two-space indented).
 DIFF_COUNTS_RE = re.compile(r"^Communicator ranks have different (?P<op>\S+) operation counts$")
 DIFF_OTHER_RE = re.compile(r"^Communicator ranks have different (?P<what>.+)$")
-GROUP_COUNT_RE = re.compile(r"^(?P<n>\d+) ranks? ha(?:ve|s) launched up to operation (?P<count>\d+)$")
-RANK_COUNT_RE = re.compile(r"^Rank (?P<rank>\d+) has launched up to operation (?P<count>\d+)"
-                           r"(?: -- (?P<where>.*))?$")
+GROUP_COUNT_RE = re.compile(r"^(?P<n>\d+) ranks? ha(?:ve|s) (?:launched up to operation (?P<count>\d+)"
+                            r"|not launched any operations)$")
+RANK_COUNT_RE = re.compile(r"^Rank (?P<rank>\d+) has (?:launched up to operation (?P<count>\d+)"
+                           r"|not launched any operations)(?: -- (?P<where>.*))?$")
+# 'Rank 5 -- GPU 2 managed by process 77120 on node 10.20.4.12': one of the ranks the line above counts
+# (NCCL lists them one by one when the group is an outlier of more than one rank)
+RANK_LISTED_RE = re.compile(r"^Rank (?P<rank>\d+) -- (?P<where>.*)$")
+GROUP_STATUS_RE = re.compile(r"^(?P<n>\d+) ranks? (?:ha(?:ve|s) status|reported) (?P<what>.+)$")
 MISSING_FROM_RE = re.compile(r"^Missing communicator data from (?P<n>\d+) "
                              r"(?P<what>ranks?|job process(?:es)?)$")
 MISSING_RANKS_RE = re.compile(r"^The missing ranks?: (?P<ranks>.+)$")
@@ -213,6 +219,8 @@ class _Block:
         self.missing: list[int] = []
         self.rank_facts: list[tuple[int, str, str | None, int]] = []   # rank, what, where, line
         self.subject: str | None = None          # 'collective' / 'AllReduce' counts, 'status', …
+        self.listing: str | None = None          # what a following 'Rank N -- …' line belongs to
+        self.listed_where: dict[int, str] = {}   # rank -> 'GPU g managed by process p on node h'
 
     def issue(self) -> RasIssue:
         return RasIssue(self.section, self.title, self.comm_hash, self.group, self.index,
@@ -228,12 +236,20 @@ def _block_line(b: _Block, t: str, n: int) -> bool:
     elif m := DIFF_OTHER_RE.match(t):
         b.subject = m.group("what")
     elif m := GROUP_COUNT_RE.match(t):
-        b.counts.append(RasCount(b.subject or "ALL", int(m.group("count")), int(m.group("n")), (), None, n))
+        b.counts.append(RasCount(b.subject or "ALL", int(m.group("count") or 0), int(m.group("n")), (), None, n))
+        b.listing = "count"
     elif m := RANK_COUNT_RE.match(t):
-        b.counts.append(RasCount(b.subject or "ALL", int(m.group("count")), 1, (int(m.group("rank")),),
+        b.counts.append(RasCount(b.subject or "ALL", int(m.group("count") or 0), 1, (int(m.group("rank")),),
                                  m.group("where"), n))
-    elif MISSING_FROM_RE.match(t) or PROCESS_COUNT_RE.match(t):
-        pass                                    # the count; the processes / ranks follow
+        b.listing = None
+    elif m := RANK_LISTED_RE.match(t):
+        return _listed_rank(b, int(m.group("rank")), m.group("where"), n)
+    elif m := MISSING_FROM_RE.match(t):
+        b.listing = "missing" if m.group("what").startswith("rank") else None   # the ranks follow
+    elif PROCESS_COUNT_RE.match(t):
+        pass                                    # the count; the processes follow
+    elif m := GROUP_STATUS_RE.match(t):
+        b.listing = "status " + m.group("what")         # '2 ranks have status INIT': the ranks may follow
     elif m := MISSING_RANKS_RE.match(t):
         b.missing.extend(parse_rank_list(m.group("ranks")) or ())
     elif m := PROCESS_RE.match(t):
@@ -242,6 +258,23 @@ def _block_line(b: _Block, t: str, n: int) -> bool:
         b.rank_facts.append((int(m.group("rank")), m.group("what"), m.group("where"), n))
     elif GROUP_OTHER_RE.match(t):
         pass                                    # '7 ranks have status RUNNING': the reference side
+    else:
+        return False
+    return True
+
+
+def _listed_rank(b: _Block, rank: int, where: str, n: int) -> bool:
+    """A 'Rank N -- GPU g managed by process p on node h' line: a member of what the line above counted."""
+    if b.listing == "count" and b.counts and len(b.counts[-1].ranks) < b.counts[-1].n_ranks:
+        c = b.counts[-1]
+        # the group's ranks, one per line: each is named (and the process that manages it known)
+        b.counts[-1] = RasCount(c.op, c.count, c.n_ranks, (*c.ranks, rank), c.where, c.line)
+        b.listed_where[rank] = where
+    elif b.listing == "missing":
+        b.missing.append(rank)
+        b.listed_where[rank] = where
+    elif b.listing and b.listing.startswith("status "):
+        b.rank_facts.append((rank, b.listing.split(" ", 1)[1], where, n))
     else:
         return False
     return True
@@ -303,7 +336,7 @@ def parse_nccl_ras(lines: list[str], first_line: int = 1) -> RasReport:
             ok = False
         (consumed.add if ok else unmatched.append)(i)
     issues = tuple(b.issue() for b in blocks)
-    odd, rows = _derive(blocks, {g.group: g for g in groups})
+    odd, rows = _derive(blocks, {g.group: g for g in groups}, jobs)
     return RasReport(version, cuda, runtime, driver, tuple(jobs), tuple(groups), issues, tuple(odd),
                      tuple(rows), frozenset(consumed), tuple(unmatched))
 
@@ -313,8 +346,31 @@ def _where(where: str | None) -> tuple[str | None, int | None, int | None]:
     return (m.group("node"), int(m.group("pid")), int(m.group("gpu"))) if m else (None, None, None)
 
 
-def _derive(blocks: list[_Block],
-            groups: dict[int, RasCommGroup]) -> tuple[list[RasOddRank], list[CollectiveRow]]:
+def _process_rank(p: RasProcess, pid_rank: dict[int, set[int]], blocks: list[_Block], jobs: list[RasJob],
+                  groups: dict[int, RasCommGroup]) -> tuple[int | None, str | None]:
+    """The rank of a process NCCL names by host and pid only, and how it was found (None: not printed).
+
+    Its pid on a rank's line elsewhere in the report; else the one rank a communicator misses when one
+    process is gone (that process is why its data is missing); else, on a one-node job with one GPU per
+    process whose communicator spans every GPU, its GPU index.
+    """
+    ranks = pid_rank.get(p.pid, set())
+    if len(ranks) == 1:
+        return next(iter(ranks)), None
+    gone = [q for b in blocks if not b.comm_hash for q in b.processes]
+    dead = [q for b in blocks if not b.comm_hash and "DEAD" in b.title.upper() for q in b.processes]
+    missing = {r for b in blocks if b.comm_hash for r in b.missing}
+    if len(dead or gone) == 1 and (dead or gone)[0] is p and len(missing) == 1:
+        return next(iter(missing)), "the one rank a communicator misses"
+    job = jobs[0] if len(jobs) == 1 else None
+    if job and job.nodes == 1 and job.gpus_per_process == 1 and len(p.gpus) == 1 and \
+            any(g.ranks_per_comm == job.gpus for g in groups.values()):
+        return p.gpus[0], "one node, one GPU per process: its GPU index"
+    return None, None
+
+
+def _derive(blocks: list[_Block], groups: dict[int, RasCommGroup],
+            jobs: list[RasJob]) -> tuple[list[RasOddRank], list[CollectiveRow]]:
     odd: list[RasOddRank] = []
     rows: list[CollectiveRow] = []
     pid_rank: dict[int, set[int]] = {}             # a dead process is named by pid: map it back to a rank
@@ -323,7 +379,7 @@ def _derive(blocks: list[_Block],
             _, pid, _ = _where(c.where)
             if pid is not None and c.ranks:
                 pid_rank.setdefault(pid, set()).update(c.ranks)
-        for rank, _, where, _ in b.rank_facts:
+        for rank, where in [(r, w) for r, _, w, _ in b.rank_facts] + list(b.listed_where.items()):
             _, pid, _ = _where(where)
             if pid is not None:
                 pid_rank.setdefault(pid, set()).add(rank)
@@ -349,13 +405,15 @@ def _derive(blocks: list[_Block],
         relation = "dead" if "DEAD" in b.title.upper() else \
             "unresponsive" if b.title.upper() in ("UNRESPONSIVE", "TIMEOUT") else "missing"
         for p in b.processes:
-            ranks = pid_rank.get(p.pid, set())
-            rank = next(iter(ranks)) if len(ranks) == 1 else None
+            rank, how = _process_rank(p, pid_rank, blocks, jobs, groups)
             gpus = ",".join(map(str, p.gpus))
-            odd.append(RasOddRank(rank, b.comm_hash, relation,
-                                  f"process {p.pid} on node {p.node} (GPU {gpus}): {b.title.lower()}",
-                                  node=p.node, pid=p.pid, gpu=p.gpus[0] if len(p.gpus) == 1 else None,
-                                  line=p.line))
+            why = f"process {p.pid} on node {p.node} (GPU {gpus}): {b.title.lower()}" + (f" ({how})" if how else "")
+            odd.append(RasOddRank(rank, b.comm_hash, relation, why, node=p.node, pid=p.pid,
+                                  gpu=p.gpus[0] if len(p.gpus) == 1 else None, line=p.line))
+            if rank is not None and not b.comm_hash:
+                job = tuple(range(jobs[0].gpus)) if jobs else None
+                rows.append(CollectiveRow(SOURCE, rank, JOB_PG, None, "ALL", relation, pg_desc="job processes",
+                                          pg_ranks=job, seq_kind="all", reason=f"NCCL RAS: {why}", line=p.line))
         for rank, what, wh, n in b.rank_facts:
             node, pid, gpu = _where(wh)
             subject = (b.subject or "").lower()
@@ -380,9 +438,13 @@ def _counts(b: _Block, op: str, counts: list[RasCount], members: tuple[int, ...]
     seq_kind = "all" if op == "ALL" else op
     noun = "operation" if op == "ALL" else f"{op} operation"
     named = {r for c in counts for r in c.ranks}
+    if members is None and b.comm_hash and not b.missing:
+        # no communicators table (a cut paste): every responding rank is counted once, so the counts
+        # add up to the communicator's size and its ranks are 0 .. size-1
+        members = tuple(range(sum(c.n_ranks for c in counts)))
     for c in counts:
         for rank in c.ranks:
-            node, pid, gpu = _where(c.where)
+            node, pid, gpu = _where(b.listed_where.get(rank, c.where))
             if ref is not None and c.count != ref:
                 rel = "lagging" if c.count < ref else "ahead"
                 gap = abs(ref - c.count)

@@ -180,6 +180,7 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
     out.tables["leak_reports"] = rows.leaks
     out.tables["stacks"] = rows.stacks
     out.tables["frames"] = rows.frames
+    out.tables["collective_records"] = rows.collective_records
     un = df.filter(pl.col("role") == "unparsed").select(
         pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"), pl.col("text"))
     if rows.unparsed:

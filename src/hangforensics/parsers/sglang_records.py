@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import faulthandler, leaks, native_trace, pyspy, stackrows, torch_nccl
+from . import desync_report, faulthandler, leaks, native_trace, pyspy, stackrows, torch_nccl
 from .sglang_patterns import SERVER_ARG_KEYS
 
 
@@ -46,6 +46,7 @@ class RecordRows:
     stacks: list[dict[str, Any]] = field(default_factory=list)
     frames: list[dict[str, Any]] = field(default_factory=list)
     unparsed: list[dict[str, Any]] = field(default_factory=list)
+    collective_records: list[dict[str, Any]] = field(default_factory=list)
 
     def dump(self, dump: pyspy.Dump, rec: Record, ts: datetime | None, rank: str, first_line: int,
              texts: list[str]) -> None:
@@ -75,7 +76,43 @@ def _torch_nccl(rec: Record, out: RecordRows) -> dict[str, Any]:
         stackrows.dump_rows(dump, f"{out.engine}:{out.path}:{rec.line}", out.engine, out.path, ts,
                             rec.rank or (f"TP{grank}" if grank is not None else ""), "embedded",
                             out.stacks, out.frames)
+    if g and any(desync_report.is_desync_line(_PREFIX_RE.sub("", x)) for x in rec.cont):
+        out.collective_records.extend(_desync_records(rec, g, ts, out))
     return g or {}
+
+
+_PREFIX_RE = re.compile(r"^\[rank\d+\]:")          # torchrun's per-line prefix on a message's continuation lines
+_DESYNC_STATE = {"never_joined": "absent", "joined_not_finished": "started", "finished_not_joined": "completed",
+                 "started": "started", "finished": "completed"}
+
+
+def _desync_records(rec: Record, g: dict[str, Any], ts: datetime | None, rr: RecordRows) -> list[dict[str, Any]]:
+    """The TORCH_NCCL_DESYNC_DEBUG report a ProcessGroupNCCL record carries, one row per (statement, rank).
+
+    ``seq`` is the report's collective number, which is the group's SeqNum (both count its collectives
+    from 1).  The report's ranks are ranks within the group: global ranks for the default group, and
+    taken as global when the reporting rank's group rank equals its global rank (a group of ranks
+    0 .. n-1); otherwise ``rank`` stays NULL and ``attrs.pg_rank`` keeps the number.
+    """
+    lines = [_PREFIX_RE.sub("", x) for x in rec.cont]
+    report = desync_report.parse_desync_report(lines, rec.line + 1)
+    pg = (f"{g['pg_guid']}" if g.get("pg_guid") else f"PG {g['pg_id']}" if g.get("pg_id") is not None else "?")
+    if pg != "?" and g.get("pg_desc"):
+        pg += f"({g['pg_desc']})"
+    reporter = g.get("global_rank")
+    default = g.get("pg_id") in (None, 0) or g.get("pg_desc") == "default_pg" or g.get("pg_guid") == "0"
+    global_ranks = default or (reporter is not None and reporter == g.get("pg_rank"))
+    out = []
+    for f in report.facts:
+        for r in f.ranks:
+            attrs = {"seq_kind": "collective", "relation": f.relation, "next_collective": f.next_collective,
+                     "reporter": reporter, "timeout_seq": g.get("seq"),
+                     "pg_rank": None if global_ranks else r}
+            out.append({"engine": rr.engine, "path": rr.path, "line": f.line, "source": "desync_report",
+                        "rank": r if global_ranks else None, "pg": pg, "pg_desc": g.get("pg_desc"),
+                        "pg_ranks": None, "seq": f.collective, "op": f.op or "", "state": _DESYNC_STATE[f.relation],
+                        "ts": ts, "attrs": json.dumps({k: v for k, v in attrs.items() if v is not None})})
+    return out
 
 
 def _faulthandler(rec: Record, out: RecordRows) -> dict[str, Any]:

@@ -10,8 +10,10 @@ from ..errors import InputError
 from ..parsers import faulthandler, gdb, native_trace, pyspy
 from ..parsers.capture_errors import looks_like_capture_error
 from ..parsers.capture_files import looks_like_manifest, looks_like_process_facts
+from ..parsers.flight_recorder import looks_like_flight_recorder
 from ..parsers.gpu import looks_like_nvidia_smi
-from .logfile import head_text
+from ..parsers.nccl_ras import looks_like_nccl_ras
+from .logfile import head_text, open_binary
 
 LOG_SNIFF = re.compile(
     r"^(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:"
@@ -30,8 +32,8 @@ CAPTURE_KINDS = ("capture_manifest", "process_facts")
 
 
 # Every kind detect_kind can return (sources.kind).
-KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "empty", "binary", "unreadable", "unknown")
-KINDS = (*KINDS, *CAPTURE_KINDS)
+KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "flight_recorder", "nccl_ras", *CAPTURE_KINDS,
+         "empty", "binary", "unreadable", "unknown")
 
 
 def detect_kind(path: Path) -> str:
@@ -39,9 +41,10 @@ def detect_kind(path: Path) -> str:
 
     server_log; stack dumps: pyspy_dump (py-spy text), pyspy_json, gdb_dump (gdb ``thread apply
     all bt`` / ``py-bt``), faulthandler_dump, native_trace (numbered C++/gdb frames);
-    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); capture_manifest and
-    process_facts (a capture bundle's manifest.json and proc/round<k>.json); empty, binary,
-    unreadable or unknown.
+    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); flight_recorder (a PyTorch
+    Flight Recorder dump, pickle or JSON); nccl_ras (``ncclras`` output); capture_manifest and
+    process_facts (a capture bundle's manifest.json and proc/round<k>.json); empty, binary, unreadable
+    or unknown.
     """
     try:
         head = head_text(path)
@@ -49,6 +52,8 @@ def detect_kind(path: Path) -> str:
         return "unreadable"
     if not head:
         return "empty"
+    if _flight_recorder_head(path):           # a pickle is binary: test it before the binary test
+        return "flight_recorder"
     if looks_binary(head):
         return "binary"
     head = head.replace("\x00", "")         # NUL runs in a text file (crash, copytruncate) are skipped
@@ -60,6 +65,8 @@ def detect_kind(path: Path) -> str:
         return "gpu_samples"
     if capture_kind := _capture_kind(head):
         return capture_kind
+    if looks_like_nccl_ras(lines):
+        return "nccl_ras"
     if pyspy.looks_like_json(head):
         return "pyspy_json"
     if looks_like_capture_error(lines[:200]):
@@ -92,6 +99,15 @@ def _capture_kind(head: str) -> str | None:
     if looks_like_process_facts(head):
         return "process_facts"
     return None
+
+
+def _flight_recorder_head(path: Path) -> bool:
+    """The raw first bytes name a Flight Recorder dump (the decoded text head mangles a pickle's bytes)."""
+    try:
+        with open_binary(path) as f:
+            return looks_like_flight_recorder(f.read(8192))
+    except (OSError, EOFError):
+        return False
 
 
 # Undecodable bytes and control characters a text file does not hold (tab, newlines, form feed and the

@@ -35,6 +35,7 @@ from ..redaction import redact_payloads, shorten
 from ..resources import data_dir
 from ..store import Store
 from .capture_section import annotate_stacks, capture_sections, with_snapshots
+from .collective_panel import collective_panels
 
 TIMELINE_W = 860          # drawing width of the time axis, px
 LABEL_W = 110
@@ -113,8 +114,11 @@ def excerpts(store: Store, engine: str, wanted: set[tuple[str, int]],
             by_path[path].add(int(line))
     out: dict[tuple[str, int], str] = {}
     for path, lines in by_path.items():
-        row = store.query("SELECT abs_path FROM sources WHERE engine = ? AND path = ? LIMIT 1", [engine, path])
+        row = store.query("SELECT abs_path, kind FROM sources WHERE engine = ? AND path = ? LIMIT 1", [engine, path])
         if not row:
+            continue
+        if row[0]["kind"] == "flight_recorder":       # a binary dump: its entries, described, not its bytes
+            out.update(_dump_entries(store, engine, path, lines))
             continue
         last = max(lines)
         try:
@@ -129,6 +133,17 @@ def excerpts(store: Store, engine: str, wanted: set[tuple[str, int]],
         except Exception:  # a file that vanished since ingest: the excerpt is simply absent
             continue
     return out
+
+
+def _dump_entries(store: Store, engine: str, path: str, lines: set[int]) -> dict[tuple[str, int], str]:
+    rows = store.query(
+        "SELECT line, pg, pg_desc, seq, op, state, json_extract_string(attrs, '$.seq_kind') AS kind, "
+        "json_extract(attrs, '$.input_sizes') AS sizes FROM collective_records "
+        "WHERE engine = ? AND path = ? AND list_contains(?, line)", [engine, path, sorted(lines)])
+    return {(path, r["line"]): f"entry {r['line']}: {r['op'] or '?'} #{r['seq']}"
+            + (" (p2p)" if r["kind"] == "p2p" else "") + f" in pg {r['pg']}"
+            + (f"({r['pg_desc']})" if r["pg_desc"] else "") + f", {r['state'] or 'state unknown'}"
+            + (f", input sizes {r['sizes']}" if r["sizes"] else "") for r in rows}
 
 
 def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[str]:
@@ -147,8 +162,7 @@ def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[s
     for f in by_rule.get("first-rank-stopped", []):
         out.append(f"{', '.join(f['ranks'])} stopped first: start the investigation there.")
     for f in by_rule.get("collective-desync", []):
-        out.append(f"{', '.join(f['ranks'])} left the collective sequence of the other ranks (a collective desync): "
-                   f"they can never meet again, the group must be restarted.")
+        out.append(f"{f['title']}: a collective desync, which the group cannot recover from (restart it).")
     for f in by_rule.get("known-signature", []):
         out.append(f"The evidence matches the known hang signature '{f.get('signature')}'.")
     for f in by_rule.get("health-check-blind", []):
@@ -323,6 +337,7 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
             "critical": sum(1 for f in fs if f["severity"] == "critical"), "n_findings": len(fs),
             "config": [c["attrs"] for c in config if c["attrs"]],
             "stacks": stacks, "captures": capture_sections(store, engine),
+            "collective_panels": collective_panels(store, engine),
         })
     return _env().get_template("report.html.j2").render(
         sections=sections, title_path=title_path, version=__version__, csp=REPORT_CSP,

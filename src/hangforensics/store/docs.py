@@ -32,16 +32,22 @@ VIEW_NOTES = {
                 "lines whose generation throughput moved. The last row of a rank is where it stopped.",
     "gpu_rank_samples": "gpu_samples with the rank each GPU serves (from server_args base_gpu_id / gpu_id_step).",
     "engine_facts": "One row per engine: what it runs, as its logs show it (model, parallelism, flags, versions).",
-    "collective_records": "Collective records read from Flight Recorder dumps, NCCL RAS output and PyTorch "
-                          "desync-debug reports (the collectives view adds torch ProcessGroupNCCL lines).",
+    "collective_records": "Collective records read from PyTorch Flight Recorder dumps (one file per rank, "
+                          "pickle or JSON, loaded without running anything), NCCL RAS output (ncclras) and "
+                          "PyTorch desync-debug reports (TORCH_NCCL_DESYNC_DEBUG lines of a ProcessGroupNCCL "
+                          "timeout); the collectives view adds torch ProcessGroupNCCL lines.",
     "probes": "Derived by analyze: liveness probes recognised by behaviour (one client, one GET path, a steady "
               "interval) or by a well-known probe path.",
-    "collective_verdicts": "Derived by analyze: each process group's collective records compared (desync, "
-                           "absent member, agreement).",
+    "collective_verdicts": "Derived by analyze: each process group's collective records compared, one "
+                           "source at a time, by one matcher (analysis/collective_match.py): the majority of "
+                           "ranks is the reference, the minority is named (desync), a member missing or dead is "
+                           "named (absent), a tie names nobody (split). A desync report is tied to its group's "
+                           "verdict and says whether it agrees.",
     "engine_summaries": "Derived by analyze: one row per engine read, also when no rule fired: the verdict, what "
                         "was read and what to capture next (interface.md §5).",
     "collectives": "One row per (engine, source, rank, process group, sequence number, op) as reported: torch "
-                   "ProcessGroupNCCL timeouts, Flight Recorder entries, NCCL RAS counts. Majorities count ranks, "
+                   "ProcessGroupNCCL timeouts, Flight Recorder entries, NCCL RAS counts, desync-report statements. "
+                   "Majorities count ranks, "
                    "not rows; SeqNums of different process groups are never compared.",
     "progress_marks": "What ends a silence: progress lines and server starts. A repeated signal's episode is "
                       "the last mark before it.",
@@ -67,19 +73,29 @@ VIEW_NOTES.update({
 # Columns of the convenience views (VIEWS): what each means.  The types come from the views themselves.
 VIEW_COLUMNS: dict[str, dict[str, str]] = {
     "collectives": {
-        "engine": "the engine", "source": "torch_nccl, flight_recorder or nccl_ras",
-        "rank": "global rank ('[rankN]:' prefix, a Flight Recorder dump's file-name suffix, RAS 'Rank N')",
+        "engine": "the engine", "source": "torch_nccl, flight_recorder, nccl_ras or desync_report",
+        "rank": "global rank ('[rankN]:' prefix, a Flight Recorder dump's file-name suffix, RAS 'Rank N' of its "
+                "communicator, the desync report's ranks where they are global)",
         "pg_rank": "rank within the process group (torch lines' 'Rank N'), when no global rank is printed",
         "pg": "the process group as printed: GUID with its description ('1(tp:0)'), 'PG 130' for older torch, "
-              "a RAS communicator hash; '?' when no line names it",
-        "pg_ranks": "the group's members when the evidence lists them (Flight Recorder pg_config)",
-        "seq": "collective sequence number (SeqNum; RAS: operations launched)",
-        "op": "the collective (ALLREDUCE, all_reduce, ...)",
-        "state": "timed_out (torch timeout), scheduled / started / completed (Flight Recorder), launched, "
-                 "missing, dead (RAS)",
-        "ts": "first record's time", "records": "lines or entries merged into the row",
-        "timeout_ms": "the collective's timeout (torch)", "ran_ms": "how long it ran before timing out (torch)",
-        "path": "file of the first record", "line": "its line (entry index for a binary dump)",
+              "a Flight Recorder group name, a RAS communicator hash; '?' when no line names it",
+        "pg_desc": "the group's description (tp:0, default_pg; RAS: the block, e.g. #0-0)",
+        "pg_ranks": "the group's members when the evidence lists them (Flight Recorder pg_config, a RAS "
+                    "communicator's size)",
+        "seq": "collective sequence number (SeqNum; the desync report's #N, which is SeqNum=N; RAS: operations "
+               "launched); NULL for a rank reported absent",
+        "seq_kind": "the counter seq belongs to: collective, p2p (per-rank send/recv count, never compared), a RAS "
+                    "collective type (AllReduce) or all (the RAS 2.24/2.25 total); ranks are compared within one",
+        "op": "the collective (ALLREDUCE, all_reduce, AllReduce, ...)",
+        "state": "timed_out (torch timeout), scheduled / started / completed (Flight Recorder, desync report), "
+                 "launched (RAS), missing, dead, unresponsive, absent (a rank reported absent)",
+        "ts": "first record's time, on the main log's clock (a Flight Recorder dump's UTC moved by its file's "
+              "clock offset when the evidence aligns it; see sources.note)",
+        "records": "lines or entries merged into the row",
+        "timeout_ms": "the collective's timeout", "ran_ms": "how long it ran before timing out (torch)",
+        "path": "file of the first record", "line": "its line (a Flight Recorder dump: the entry's number)",
+        "attrs": "collective_records.attrs of the first record: sizes, dtypes, reason, the desync report's "
+                 "relation and reporting rank, ...",
     },
     "progress_marks": {
         "engine": "the engine", "ts": "when", "mark": "progress (a progress line) or start (a server_args line)",

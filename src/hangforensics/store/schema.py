@@ -40,9 +40,9 @@ TABLES: dict[str, str] = {
         path VARCHAR NOT NULL,          -- relative to the ingest root, begins with the engine folder for fleets
         abs_path VARCHAR NOT NULL,      -- absolute path the file was read from (a temporary folder for bundles)
         engine VARCHAR NOT NULL,        -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
-        kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, capture_manifest, process_facts, empty, binary, unreadable, unknown
+        kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, flight_recorder, nccl_ras, capture_manifest, process_facts, empty, binary, unreadable, unknown
         bytes BIGINT,                   -- bytes on disk (compressed size for .gz)
-        lines BIGINT,                   -- lines read so far
+        lines BIGINT,                   -- lines read so far (a Flight Recorder dump: its entries)
         parsed_lines BIGINT,            -- lines represented by a typed row of a parsed view
         unparsed_lines BIGINT,          -- lines kept verbatim in unparsed (lines = parsed_lines + unparsed_lines)
         read_bytes BIGINT,              -- decompressed bytes consumed so far (resume point)
@@ -51,9 +51,9 @@ TABLES: dict[str, str] = {
         compressed BOOLEAN,             -- true for a .gz file (read decompressed)
         rotation INTEGER,               -- 0 = live file, 1 = server.log.1, ...
         node VARCHAR,                   -- file stem when an engine has one log per node
-        clock_offset_s DOUBLE,          -- seconds added to align this file to the main log's clock
+        clock_offset_s DOUBLE,          -- seconds added to align this file to the main log's clock (a Flight Recorder dump: UTC to the log's clock)
         release_hint VARCHAR,           -- SGLang release family the formats point at
-        status VARCHAR,                 -- ok, vanished
+        status VARCHAR,                 -- ok, vanished, partial, error: ..., refused: ... (a pickle naming a global: nothing loaded)
         ingested_at TIMESTAMP,          -- when this file was last read (local time of the ingesting machine)
         note VARCHAR,                   -- what was odd about the file and how it was handled (binary, truncated, ...)
         envelope VARCHAR                -- how a collector or a paste wrapped the file (kubectl, cri, docker_json, journald, markdown, ...; layers joined by +), none when plain
@@ -65,7 +65,7 @@ TABLES: dict[str, str] = {
         line_end BIGINT,                -- last line of a multi-line record (continuations attached)
         ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
         rank VARCHAR,                   -- as SGLang writes it: 'TP3', 'DP1 TP1 EP1', '' for the main process
-        kind VARCHAR,                   -- what the record is: server_args, watchdog, pyspy_header, torch_nccl, exception, vllm_stats, log, ...
+        kind VARCHAR,                   -- what the record is: server_args, watchdog, pyspy_header, torch_nccl, exception, vllm_stats, nccl_ras (what a RAS report singles out about a rank), log, ...
         message VARCHAR,                -- first line of the record, without its prefix
         attrs JSON,                     -- kind-specific fields (pid, timeout, seq, ...)
         collected_ts TIMESTAMP          -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
@@ -118,7 +118,7 @@ TABLES: dict[str, str] = {
         line BIGINT,                    -- line where the thread's section starts in that file
         process_title VARCHAR,          -- process title line, e.g. 'sglang::scheduler_TP3'
         capture VARCHAR,                -- embedded (in a log) or standalone
-        format VARCHAR,                 -- pyspy_text, pyspy_json, gdb, gdb_pybt, faulthandler, trace
+        format VARCHAR,                 -- pyspy_text, pyspy_json, gdb, gdb_pybt, faulthandler, trace, flight_recorder (the call site a dump recorded for the collective a rank stands at, one thread per process group)
         garbled BOOLEAN,                -- interleaved output: only the certain frames were kept
         collected_ts TIMESTAMP,         -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
         ts_basis VARCHAR                -- where ts comes from: record (the log record embedding the dump), manifest (a capture bundle's manifest: when py-spy read the stack), mtime (the file's modification time)
@@ -299,17 +299,17 @@ TABLES: dict[str, str] = {
     "collective_records": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
         path VARCHAR,                   -- file the record was read from, relative to the ingest root
-        line BIGINT,                    -- line of the record in that file (for a binary dump: the entry's index, from 1)
-        source VARCHAR,                 -- flight_recorder, nccl_ras or desync_report
-        rank INTEGER,                   -- global rank (a Flight Recorder dump's file-name suffix, RAS 'Rank N')
-        pg VARCHAR,                     -- process group (name / GUID as printed) or NCCL communicator hash
-        pg_desc VARCHAR,                -- the group's description (tp:0, default_pg, ...)
-        pg_ranks INTEGER[],             -- the group's members when the evidence lists them
-        seq BIGINT,                     -- collective sequence number (RAS: operations launched)
-        op VARCHAR,                     -- all_reduce, broadcast, ... (RAS: the collective type or ALL)
-        state VARCHAR,                  -- scheduled, started, completed, timed_out, lagging, dead, missing, ...
-        ts TIMESTAMP,                   -- when (Flight Recorder: epoch ns converted to UTC), NULL when unknown
-        attrs JSON                      -- the rest: sizes, dtypes, timeouts, the desync report's relation
+        line BIGINT,                    -- line of the record in that file (for a Flight Recorder dump: the entry's number, from 1)
+        source VARCHAR,                 -- flight_recorder (a rank's dump), nccl_ras (ncclras output) or desync_report (TORCH_NCCL_DESYNC_DEBUG lines of a ProcessGroupNCCL timeout)
+        rank INTEGER,                   -- global rank (a Flight Recorder dump's file-name suffix; RAS: the rank in the communicator, global when it spans the job); NULL when not printed
+        pg VARCHAR,                     -- process group (name / GUID as printed, the desync report's that of its timeout line), NCCL communicator hash, or '(job)' for a RAS process of the whole job
+        pg_desc VARCHAR,                -- the group's description (tp:0, default_pg, ...; RAS: the block, e.g. #0-0)
+        pg_ranks INTEGER[],             -- the group's members when the evidence lists them (Flight Recorder pg_config; RAS: 0 .. ranks per communicator - 1)
+        seq BIGINT,                     -- collective sequence number (Flight Recorder collective_seq_id or p2p_seq_id; desync report: collective #N, which is SeqNum=N; RAS: operations launched); NULL for a rank reported absent
+        op VARCHAR,                     -- all_reduce, broadcast, ... (RAS: the collective type, or ALL for the 2.24/2.25 total)
+        state VARCHAR,                  -- scheduled, started, completed (Flight Recorder, desync report); launched (RAS); missing, dead, unresponsive, absent (a rank reported absent)
+        ts TIMESTAMP,                   -- when, as the file says it (Flight Recorder: epoch ns as UTC, the enqueue time; the collectives view adds the file's clock offset); NULL when unknown
+        attrs JSON                      -- the rest: seq_kind (collective, p2p, a RAS collective type or all), records merged, sizes and dtypes, timeout_ms, clock (utc), reason, inferred (a rank RAS counts without naming), the desync report's relation and reporting rank
     """,
     "probes": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
@@ -324,16 +324,16 @@ TABLES: dict[str, str] = {
     """,
     "collective_verdicts": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
-        source VARCHAR,                 -- torch_nccl, flight_recorder or nccl_ras
+        source VARCHAR,                 -- torch_nccl, flight_recorder, nccl_ras or desync_report: one verdict never mixes sources
         pg VARCHAR,                     -- the process group compared (never compared across groups)
-        verdict VARCHAR,                -- desync (ranks disagree), absent (peers agree, a member is missing) or agree
+        verdict VARCHAR,                -- desync (ranks disagree), absent (a member missing or dead), agree, split (a tie: no majority) or undecided (one rank: nothing to compare)
         ranks VARCHAR[],                -- the odd ranks: the minority, or the absent members
         majority_ranks VARCHAR[],       -- the ranks that agree with the reference
         seq BIGINT,                     -- the reference sequence number (the majority's)
         op VARCHAR,                     -- the reference op
-        ts TIMESTAMP,                   -- the earliest disagreeing (or reporting) record's time
+        ts TIMESTAMP,                   -- the earliest disagreeing record's time, on the main log's clock when it could be aligned (see detail)
         ts_basis VARCHAR,               -- read or inferred
-        detail VARCHAR,                 -- the reasoning, with the numbers
+        detail VARCHAR,                 -- the reasoning, with the numbers; says why, and what the desync report adds
         evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
     """,
     "engine_summaries": """
@@ -492,7 +492,8 @@ CLOCKED = {"events": "path", "batches": "path", "http_requests": "file", "stacks
            "gpu_samples": "path"}
 
 # Parsed tables appended by ingest, in load order.
-LOADED_TABLES = ("events", "batches", "http_requests", "stacks", "frames", "leak_reports", "gpu_samples", "unparsed")
+LOADED_TABLES = ("events", "batches", "http_requests", "stacks", "frames", "leak_reports", "gpu_samples",
+                 "collective_records", "unparsed")
 LOADED_TABLES += ("captures", "capture_processes", "capture_dumps", "capture_failures", "process_facts")
 
 

@@ -21,7 +21,8 @@ VIEWS = {
     # One row per (engine, source, rank, process group, sequence number, op) as reported: several torch
     # lines about one collective on one rank are one row (a timeout line names no group: it takes the
     # group its follow-up lines name for the same rank and SeqNum).  Flight Recorder / NCCL RAS /
-    # desync-report records come from collective_records.
+    # desync-report records come from collective_records, their times moved onto the main log's clock by
+    # their file's clock offset (a Flight Recorder dump's UTC, when the evidence allowed aligning it).
     "collectives": """
         WITH l AS (
             SELECT engine, path, line, ts,
@@ -33,6 +34,7 @@ VIEWS = {
                         WHEN json_extract_string(attrs, '$.pg_id') IS NOT NULL
                         THEN 'PG ' || json_extract_string(attrs, '$.pg_id')
                              || COALESCE('(' || json_extract_string(attrs, '$.pg_desc') || ')', '') END AS pg,
+                   json_extract_string(attrs, '$.pg_desc') AS pg_desc,
                    TRY_CAST(json_extract_string(attrs, '$.seq') AS BIGINT) AS seq,
                    json_extract_string(attrs, '$.op_type') AS op,
                    TRY_CAST(json_extract_string(attrs, '$.timeout_ms') AS BIGINT) AS timeout_ms,
@@ -40,18 +42,25 @@ VIEWS = {
             FROM events WHERE kind = 'torch_nccl' AND json_extract_string(attrs, '$.seq') IS NOT NULL),
         t AS (
             SELECT *, COALESCE(pg, max(pg) OVER (PARTITION BY engine, COALESCE(rank, -1 - pg_rank), seq), '?') AS pgf
-            FROM l)
-        SELECT engine, 'torch_nccl' AS source, rank, max(pg_rank) AS pg_rank, pgf AS pg, NULL::INTEGER[] AS pg_ranks,
-               seq, max(op) AS op,
+            FROM l),
+        o AS (SELECT engine, path, max(clock_offset_s) AS offset_s FROM sources GROUP BY ALL)
+        SELECT engine, 'torch_nccl' AS source, rank, max(pg_rank) AS pg_rank, pgf AS pg, max(pg_desc) AS pg_desc,
+               NULL::INTEGER[] AS pg_ranks, seq, 'collective' AS seq_kind, max(op) AS op,
                'timed_out' AS state, min(ts) AS ts, count(*) AS records, max(timeout_ms) AS timeout_ms,
-               max(ran_ms) AS ran_ms, arg_min(path, ts) AS path, arg_min(line, ts) AS line
+               max(ran_ms) AS ran_ms, arg_min(path, ts) AS path, arg_min(line, ts) AS line, NULL::JSON AS attrs
         FROM t GROUP BY engine, rank, COALESCE(rank, -1 - pg_rank), pgf, seq
         UNION ALL
-        SELECT engine, source, rank, NULL::INTEGER AS pg_rank, pg, any_value(pg_ranks) AS pg_ranks, seq, op,
-               max(state) AS state, min(ts) AS ts,
-               count(*) AS records, NULL::BIGINT AS timeout_ms, NULL::BIGINT AS ran_ms,
-               arg_min(path, line) AS path, min(line) AS line
-        FROM collective_records GROUP BY engine, source, rank, pg, seq, op
+        SELECT c.engine, source, rank, NULL::INTEGER AS pg_rank, pg, any_value(pg_desc) AS pg_desc,
+               any_value(pg_ranks) AS pg_ranks, seq,
+               COALESCE(json_extract_string(any_value(attrs), '$.seq_kind'), 'collective') AS seq_kind, op,
+               max(state) AS state,
+               min(c.ts + to_microseconds(CAST(COALESCE(o.offset_s, 0) * 1e6 AS BIGINT))) AS ts,
+               sum(COALESCE(TRY_CAST(json_extract_string(attrs, '$.records') AS BIGINT), 1)) AS records,
+               max(TRY_CAST(json_extract_string(attrs, '$.timeout_ms') AS BIGINT)) AS timeout_ms,
+               NULL::BIGINT AS ran_ms, arg_min(c.path, line) AS path, min(line) AS line,
+               arg_min(attrs, line) AS attrs
+        FROM collective_records c LEFT JOIN o ON o.engine = c.engine AND o.path = c.path
+        GROUP BY c.engine, source, rank, pg, seq, json_extract_string(attrs, '$.seq_kind'), op
     """,
     # What ends a silence: progress, or a restart (a server_args line).  A signal's episode is the last mark
     # before it: repetitions with no mark between them are one stall (watchdog-kill, busy-leak-report).
