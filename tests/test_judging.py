@@ -182,7 +182,7 @@ def test_ranks_disagreeing_on_seqnum_in_one_group_is_a_desync_naming_the_minorit
     f = by_rule(analyze_folder(_torch_paste(tmp_path, "desync", lines)))
     (desync,) = f["collective-desync"]
     assert desync["ranks"] == ["rank0"]
-    assert "SeqNum=5001" in desync["detail"] and "ahead by 1" in desync["detail"]
+    assert "SeqNum=5001" in desync["detail"] and "rank 0 is past SeqNum=5000" in desync["detail"]
     sigs = [s for s in f["known-signature"] if s["signature"] == "nccl-collective-timeout"]
     assert len(sigs) == 2                                 # once per collective: SeqNum 5000 and 5001
 
