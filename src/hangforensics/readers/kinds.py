@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..parsers import faulthandler, gdb, native_trace, pyspy
 from ..parsers.capture_errors import looks_like_capture_error
 from ..parsers.gpu import looks_like_nvidia_smi
+from ..parsers.process_snapshot import looks_like_process_snapshot
 from .logfile import head_text
 
 LOG_SNIFF = re.compile(
@@ -27,7 +28,8 @@ STACK_KINDS = ("pyspy_dump", "pyspy_json", "gdb_dump", "faulthandler_dump", "nat
 
 
 # Every kind detect_kind can return (sources.kind).
-KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "empty", "binary", "unreadable", "unknown")
+KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "process_snapshot", "empty", "binary",
+         "unreadable", "unknown")
 
 
 def detect_kind(path: Path) -> str:
@@ -35,8 +37,8 @@ def detect_kind(path: Path) -> str:
 
     server_log; stack dumps: pyspy_dump (py-spy text), pyspy_json, gdb_dump (gdb ``thread apply
     all bt`` / ``py-bt``), faulthandler_dump, native_trace (numbered C++/gdb frames);
-    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); empty, binary,
-    unreadable or unknown.
+    capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); process_snapshot (top / ps
+    output); empty, binary, unreadable or unknown.
     """
     try:
         head = head_text(path)
@@ -66,10 +68,12 @@ def detect_kind(path: Path) -> str:
         return "faulthandler_dump"
     if few_log_lines and native_trace.looks_like_trace(lines, strong_only=True):
         return "native_trace"
+    if few_log_lines and looks_like_process_snapshot(lines):
+        return "process_snapshot"           # (a log pasted after a ps listing is still a log)
     if LOG_SNIFF.search(head):
         return "server_log"
-    if pyspy.looks_like_pyspy(lines):
-        return "pyspy_dump"
+    if pyspy.looks_like_pyspy(lines) or pyspy.looks_like_pyspy_part(lines):
+        return "pyspy_dump"                 # (a later part of a dump starts with frames, no header)
     if gdb.looks_like_gdb(lines):
         return "gdb_dump"
     if faulthandler.looks_like_faulthandler(lines):
