@@ -28,6 +28,7 @@ from hangforensics.parsers import (
     gpu,
     leaks,
     native_trace,
+    process_snapshot,
     pyspy,
     sglang_log,
     stackrows,
@@ -165,7 +166,26 @@ CAPTURE_ERRORS = [
     "ptrace: Operation not permitted.", "Permission Denied: Try running again with elevated permissions",
     "warning: process 2147 is already traced by process 99",
 ]
-ALL = LOG + PYSPY + PYSPY_JSON + GDB + FAULTHANDLER + NATIVE + GPU + CAPTURE_ERRORS
+SNAPSHOT = [
+    "top - 14:02:11 up 12 days,  3:04,  1 user,  load average: 8.12, 8.05, 7.98",
+    "Threads: 1290 total,   2 running, 1288 sleeping,   0 stopped,   0 zombie",
+    "%Cpu(s): 10.3 us,  2.1 sy,  0.0 ni, 87.4 id,  0.0 wa,  0.0 hi,  0.2 si,  0.0 st",
+    "MiB Mem : 2063937.+total, 1523456.1 free, 401234.5 used, 139246.6 buff/cache",
+    "    PID USER      PR  NI    VIRT    RES    SHR S  %CPU  %MEM     TIME+ COMMAND",
+    "2718281 sglang    20   0  118.2g  41.6g   2.1g R 299.7   2.0  12345:01 sglang::scheduler_TP1",
+    "USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND",
+    "sglang   2718282 97.9  2.0 124059392 43724800 ?   Dl   Oct13 1190:37 sglang::scheduler_TP2",
+    "UID          PID    PPID     LWP  C NLWP STIME TTY          TIME CMD",
+    "sglang   2718282 2718100 2718330  0  187 Oct13 ?        00:00:41 sglang::scheduler_TP2",
+    "    PID STAT %CPU WCHAN                            CMD",
+    "2718282 Dl   97.9 os_wait_on_event                 sglang::scheduler_TP2",
+    "  PID STARTED                  CMD",
+    "  123 Thu Sep 25 10:48:46 2026 VllmWorker-3",
+    "Wed Oct 14 05:19:02 UTC 2026",
+    "2026-10-14T05:19:02+00:00",
+    "$ ps aux | grep sglang",
+]
+ALL = LOG + PYSPY + PYSPY_JSON + GDB + FAULTHANDLER + NATIVE + GPU + CAPTURE_ERRORS + SNAPSHOT
 
 # -- strategies -----------------------------------------------------------------------------------------------
 # A line as the log reader yields it: no '\n' (it splits there); '\r' only mid-line (a trailing CR is stripped).
@@ -283,9 +303,10 @@ def check_dump(parse: Callable[[list[str], int], pyspy.Dump], lines: list[str], 
     assert dump.consumed | set(dump.unmatched) == everything
     for p in dump.processes:
         for t in p.threads:
-            if dump.format == "pyspy_json":
+            if dump.format == "pyspy_json" or t.garbled or t.fragment is not None:
                 # a complete thread object on a line shared with a broken tail is kept, and the line too
-                # (in unparsed): the JSON parser's documented choice, so only the range is checked
+                # (in unparsed): the JSON parser's documented choice; a header read from a broken or cut
+                # line (its id intact) likewise: so only the range is checked
                 assert t.line - first_line in everything
             else:
                 assert t.line - first_line in dump.consumed, f"thread {t.thread_id} starts on an unconsumed line"
@@ -326,6 +347,199 @@ def test_pyspy_json_on_one_line(lines: list[str]) -> None:
     check_dump(pyspy.parse_json, lines, 1)
 
 
+# -- dumps cut at any line, and in parts ------------------------------------------------------------------
+# Frame lines of real captures (../shared/formats, sglang-formats.md §3.3), C++ names with their own
+# parentheses included: a cut inside one must never leave a frame named after the fragment.
+PYSPY_FRAMES = [
+    "    all_reduce (torch/distributed/distributed_c10d.py:2501)",
+    "    _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)",
+    "    Scheduler.event_loop_overlap (simsgl/srt/managers/scheduler.py:106)",
+    "    <module> (<string>:1)",
+    "    pthread_cond_wait (libc.so.6)",
+    "    0x7ff7d8be5661 (zmq/backend/cython/_zmq.cpython-311-x86_64-linux-gnu.so)",
+    "    sock_recvmsg (socketmodule.c:4036)",
+    "    c10d::Work::wait (libtorch_cpu.so)",
+    "    pybind11::cpp_function::initialize<pybind11::cpp_function::cpp_function<bool, c10d::Work, "
+    "std::chrono::duration<long, std::ratio<(long)1, (long)1000> >, pybind11::name>(bool (*)(c10d::Work*, "
+    "std::chrono::duration<long, std::ratio<(long)1, (long)1000> >), pybind11::name const)::{lambda(pybind11::"
+    "detail::function_call&)#1}::_FUN (libtorch_python.so)",
+    "    std::_Function_handler<void (), c10d::ProcessGroupNCCL::ncclCommWatchdog()::{lambda()#1}>::_M_invoke "
+    "(libtorch_cuda.so)",
+]
+PYSPY_HEADS = ['Thread 2147 (idle): "MainThread"', "Thread 3489 (active+gil)", 'Thread 0x7F1C2A3B4740 (active): "w"',
+               'Thread 2201 (idle): "Thread-6 (_watchdog_thread)"']
+FAULT_FRAMES = [
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2501 in all_reduce',
+    '  File "/usr/lib/python3.11/threading.py", line 331 in wait',
+    '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 1418 in run_batch',
+    '  File "<string>", line 1 in <module>',
+]
+FAULT_HEADS = ["Thread 0x00007f2e4a7fc700 (most recent call first):",
+               "Current thread 0x00007f3b4e1ff740 (most recent call first):"]
+
+
+@st.composite
+def pyspy_dumps(draw: st.DrawFn) -> list[str]:
+    """A well-formed py-spy text dump: a process header (or none: a later part), threads, frames, blanks."""
+    lines = ["Process 2147: sglang::scheduler_TP3", "Python v3.12.3 (/usr/bin/python3.12)", ""] \
+        if draw(st.booleans()) else []
+    if draw(st.booleans()):
+        lines += draw(st.lists(st.sampled_from(PYSPY_FRAMES), min_size=1, max_size=4))     # headerless frames
+    for head in draw(st.lists(st.sampled_from(PYSPY_HEADS), min_size=0, max_size=3, unique=True)):
+        lines.append(head)
+        for fr in draw(st.lists(st.sampled_from(PYSPY_FRAMES), min_size=0, max_size=5)):
+            lines.append(fr)
+            if draw(st.integers(0, 5)) == 0:
+                lines.append("")                        # a prefix-only line, unwrapped
+    return lines
+
+
+def _frames_by_line(dump: pyspy.Dump) -> list[tuple[str, str, int | None]]:
+    return [(t.thread_id, f.function, f.at) for t in dump.threads for f in t.frames]
+
+
+@FAST
+@given(pyspy_dumps(), st.data())
+def test_pyspy_dump_cut_at_any_line_keeps_exactly_the_frames_before_it(lines: list[str], data: st.DataObject) -> None:
+    full = pyspy.parse_dump(lines, 1)
+    k = data.draw(st.integers(0, len(lines)))
+    cut = lines[:k]
+    partial = k < len(lines) and data.draw(st.booleans())
+    if partial:                                          # the last line cut mid-token
+        cut.append(lines[k][:data.draw(st.integers(0, max(len(lines[k]) - 1, 0)))])
+    got = pyspy.parse_dump(cut, 1)
+    check_dump(pyspy.parse_dump, cut, 1)
+    want = [x for x in _frames_by_line(full) if x[2] is not None and x[2] <= k]
+    assert _frames_by_line(got) == want
+    if partial and cut[-1].strip():
+        assert len(cut) - 1 in got.unmatched or len(cut) - 1 in got.consumed and not pyspy.FRAME_RE.match(cut[-1])
+
+
+@st.composite
+def faulthandler_dumps(draw: st.DrawFn) -> list[str]:
+    lines = ["Fatal Python error: Segmentation fault", ""] if draw(st.booleans()) else []
+    heads = draw(st.lists(st.sampled_from(["0x00007f2e4a7fc700", "0x00007f2e4b7fd700", "0x00007f3b4e1ff740"]),
+                          min_size=1, max_size=3, unique=True))
+    for n, tid in enumerate(heads):
+        if n:
+            lines.append("")
+        lines.append(f"{'Current thread' if n == len(heads) - 1 else 'Thread'} {tid} (most recent call first):")
+        lines += draw(st.lists(st.sampled_from(FAULT_FRAMES[:3]), min_size=0, max_size=4))
+    return lines
+
+
+@FAST
+@given(faulthandler_dumps(), st.data())
+def test_faulthandler_dump_cut_at_any_line_keeps_the_frames_before_it(lines: list[str], data: st.DataObject) -> None:
+    full = faulthandler.parse_faulthandler(lines, 1)
+    k = data.draw(st.integers(0, len(lines)))
+    cut = lines[:k]
+    partial = k < len(lines) and data.draw(st.booleans())
+    if partial:
+        cut.append(lines[k][:data.draw(st.integers(0, max(len(lines[k]) - 1, 0)))])
+    got = faulthandler.parse_faulthandler(cut, 1)
+    check_dump(faulthandler.parse_faulthandler, cut, 1)
+    assert not any(t.garbled for t in got.threads), "a cut is not an interleaving"
+    before = [x for x in _frames_by_line(got) if x[2] is not None and x[2] <= k]
+    assert before == [x for x in _frames_by_line(full) if x[2] is not None and x[2] <= k]
+    extra = [x for x in _frames_by_line(got) if x not in before]
+    # faulthandler ends a frame line with the function's name: a cut inside it reads as a shorter name
+    # (the one thing a cut can leave undetected), never as another thread's or line's frame
+    assert len(extra) <= 1 and all(x[2] == k + 1 and partial for x in extra)
+    if extra:
+        true = next(x for x in _frames_by_line(full) if x[2] == k + 1)
+        assert true[0] == extra[0][0] and true[1].startswith(extra[0][1])
+
+
+# Two or three processes' fatal dumps written to one stream at once: (thread id -> true frames) per writer.
+WRITERS = [
+    ("Bus error", [("0x00007e5b972ba640", False, [("/usr/lib/python3.12/selectors.py", 468, "select"),
+                                                ("/usr/lib/python3.12/threading.py", 1030, "_bootstrap")]),
+                   ("0x00007e8cfe679640", True, [("/opt/venv/sglang/srt/layers/linear.py", 1398, "forward"),
+                                               ("/opt/venv/sglang/srt/managers/scheduler.py", 1962, "run_batch")])]),
+    ("Bus error", [("0x00007ec20e7c3640", False, [("/usr/lib/python3.12/threading.py", 359, "wait"),
+                                                ("/usr/lib/python3.12/queue.py", 171, "get")]),
+                   ("0x00007e5a38bab4c0", True, [("/opt/venv/sglang/srt/model_executor/runner.py", 650, "replay"),
+                                               ("/opt/venv/sglang/srt/managers/scheduler.py", 1960, "run_batch")])]),
+    ("Aborted", [("0x00007f9a01c4b740", True, [("/opt/venv/sglang/srt/utils.py", 1120, "broadcast_pyobj"),
+                                             ("<string>", 1, "<module>")])]),
+]
+
+
+def _writer_text(msg: str, threads: list) -> str:
+    out = [f"Fatal Python error: {msg}", ""]
+    for n, (tid, current, frames) in enumerate(threads):
+        if n:
+            out.append("")
+        out.append(f"{'Current thread' if current else 'Thread'} {tid} (most recent call first):")
+        out += [f'  File "{f}", line {ln} in {name}' for f, ln, name in frames]
+    out += ["", "Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)"]
+    return "\n".join(out) + "\n"
+
+
+@SLOW
+@given(st.integers(2, 3), st.lists(st.tuples(st.integers(0, 2), st.integers(1, 12)), min_size=1, max_size=400),
+       st.integers(0, 300))
+@example(2, [(1, 5)], 60)
+def test_interleaved_faulthandler_never_attributes_a_frame_to_another_thread(
+        n: int, steps: list[tuple[int, int]], alone: int) -> None:
+    """Writers interleaved a few characters at a time (the first one alone for a while): every frame kept
+    is its thread's frame at that depth, made of that writer's characters (another writer's stray
+    preamble characters aside), and every thread kept is a real one."""
+    texts = [_writer_text(*WRITERS[w]) for w in range(n)]
+    pos = [min(alone, len(texts[0]))] + [0] * (n - 1)
+    chars: list[tuple[str, int]] = [(c, 0) for c in texts[0][:pos[0]]]
+    for w, size in [*steps, *[(w, 10**6) for w in range(n)]]:
+        w %= n
+        chunk = texts[w][pos[w]:pos[w] + size]
+        chars += [(c, w) for c in chunk]
+        pos[w] += len(chunk)
+    stream = "".join(c for c, _ in chars)
+    lines = stream.removesuffix("\n").split("\n")
+    owners: list[list[int]] = [[]]
+    for c, w in chars:
+        if c == "\n":
+            owners.append([])
+        else:
+            owners[-1].append(w)
+    dump = faulthandler.parse_faulthandler(lines, 1)
+    check_dump(faulthandler.parse_faulthandler, lines, 1)
+    truth = {tid: (w, frames) for w in range(n) for tid, _, frames in WRITERS[w][1]}
+    for t in dump.threads:
+        assert t.thread_id in {faulthandler._norm_tid(x) for x in truth} | {"?"}, t.thread_id
+        if not t.frames:
+            continue
+        w, frames = next(v for k, v in truth.items() if faulthandler._norm_tid(k) == t.thread_id)
+        for depth, fr in enumerate(t.frames):
+            i = fr.at - 1
+            own = "".join(c for c, o in zip(lines[i], owners[i], strict=True) if o == w)
+            f, ln, name = frames[depth]
+            assert own == f'  File "{f}", line {ln} in {name}', (t.thread_id, depth, lines[i])
+
+
+LOG_WITH_DUMP = [
+    "[2026-10-14 03:12:42 TP2] Decode batch, #running-req: 9, #token: 14380, token usage: 0.05, cuda graph: True, "
+    "gen throughput (token/s): 449.87, #queue-req: 0",
+    "[2026-10-14 03:17:44 TP2] Pyspy dump for PID 2718282 (py-spy dump --native --pid 2718282):",
+    "Process 2718282: sglang::scheduler_TP2", "Python v3.12.3 (/usr/bin/python3.12)", "",
+    'Thread 2718282 (idle): "MainThread"', *PYSPY_FRAMES[4:], *PYSPY_FRAMES[:4],
+    'Thread 2718519 (idle): "Thread-1"', *PYSPY_FRAMES[1:3],
+]
+
+
+@FAST
+@given(st.integers(0, len(LOG_WITH_DUMP)), st.integers(0, 300))
+def test_embedded_dump_cut_at_any_line_keeps_the_frames_before_it(k: int, c: int) -> None:
+    ctx = sglang_log.FileContext(engine="e", path="server.log", default_year=2026)
+    full = sglang_log.parse_chunk(LOG_WITH_DUMP, 1, ctx).tables["frames"]
+    cut = LOG_WITH_DUMP[:k] + ([LOG_WITH_DUMP[k][:c % max(len(LOG_WITH_DUMP[k]), 1)]] if k < len(LOG_WITH_DUMP) else [])
+    check_chunk(cut, 1, False)
+    out = sglang_log.parse_chunk(cut, 1, sglang_log.FileContext(engine="e", path="server.log", default_year=2026))
+    n = sum(1 for s in LOG_WITH_DUMP[:k] if pyspy.FRAME_RE.match(s))
+    assert [(f["thread_id"], f["function"]) for f in out.tables["frames"]] == \
+        [(f["thread_id"], f["function"]) for f in full][:n]
+
+
 # -- the other parsers -----------------------------------------------------------------------------------------
 @FAST
 @given(lines_of(GPU), st.integers(1, 10**6))
@@ -340,6 +554,29 @@ def test_gpu_samples_accounting(lines: list[str], first_line: int) -> None:
     for n in set(span) - got - set(kept):
         text = lines[n - first_line]
         assert not text.strip() or (n == first_line and gpu.HEADER_RE.match(text))
+
+
+@FAST
+@given(lines_of(SNAPSHOT), st.integers(1, 10**6))
+def test_process_snapshot_accounting(lines: list[str], first_line: int) -> None:
+    snap = process_snapshot.parse_snapshot(lines, first_line)
+    everything = set(range(len(lines)))
+    assert snap.consumed | set(snap.unmatched) == everything
+    assert not snap.consumed & set(snap.unmatched) and len(set(snap.unmatched)) == len(snap.unmatched)
+    got = [r["line"] - first_line for r in snap.rows]
+    assert len(set(got)) == len(got) and set(got) <= snap.consumed
+    for r in snap.rows:
+        assert r["state"] is None or r["state"] in "RSDZTtWXIKP"
+        assert r["activity"] in (None, "spinning", "running", "sleeping", "uninterruptible", "stopped", "zombie")
+        assert r["ts"] is None or r["clock"] == "dated"
+
+
+@FAST
+@given(st.lists(st.one_of(random_text, long_line, mutated(ALL)), max_size=30))
+def test_process_snapshot_on_anything(lines: list[str]) -> None:
+    snap = process_snapshot.parse_snapshot(lines, 1)
+    assert snap.consumed | set(snap.unmatched) == set(range(len(lines)))
+    assert not snap.consumed & set(snap.unmatched)
 
 
 LEAK_KINDS = ["watchdog_debug_info", "watchdog_batch_info", "scheduler_exception", "mem_leak_warning",

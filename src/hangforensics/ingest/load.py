@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import InputError
 from ..readers.layout import EvidenceFile
 from ..store import LOADED_TABLES, Store, physical
+from .fragments import unjoin_engine
 from .jobs import CHECKPOINT, FileOutcome, with_result
 from .plan import Plan
 
@@ -146,6 +147,7 @@ def apply_renames(store: Store, renames: list[Plan]) -> None:
 
 def forget_source(store: Store, row: dict) -> None:
     """Drop everything read from a source whose content changed under the same name (caller's transaction)."""
+    unjoin_engine(store, row["engine"])     # its rows may hold another file's joined part: undone, joined again later
     for table in sorted(LOADED_TABLES, key=lambda t: t != "frames"):  # frames before their stacks
         col = "file" if table == "http_requests" else "path"
         if table == "frames":

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..parsers import faulthandler, gdb, gpu, native_trace, pyspy
+from ..parsers import faulthandler, gdb, gpu, native_trace, process_snapshot, pyspy
 from ..parsers.capture_errors import capture_error_reason
 from ..parsers.stackrows import dump_rows, rank_from_place
 from ..readers.kinds import CAPTURE_KINDS, STACK_KINDS
@@ -44,6 +44,8 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
         yield from collective_parse.parse_flight_recorder_file(f, out)
     elif job.kind == "nccl_ras":
         yield from collective_parse.parse_ras_file(f, out)
+    elif job.kind == "process_snapshot":
+        yield from _parse_process_snapshot(f, out)
     elif job.kind == "unknown":
         yield from _parse_unknown(f, out)
         out.notes.extra.append(f"no known evidence format (not an SGLang/vLLM/torch log, stack dump or "
@@ -125,6 +127,9 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome) ->
                                f"kept in unparsed")
     if any(s.get("garbled") for s in stacks):
         out.notes.extra.append("interleaved dump output: only frames that are certain were kept")
+    if any(s.get("fragment") == "continuation" for s in stacks):
+        out.notes.extra.append("starts mid-dump (a later part, no header): its first frames are an unknown "
+                               "thread's until joined with the part before it (stack_joins)")
     yield "stacks", stacks
     yield "frames", frames
     yield "unparsed", un
@@ -153,6 +158,20 @@ def _parse_gpu(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, Any]]:
         out.read_bytes = chunk.end_offset
         yield "gpu_samples", samples
         yield "unparsed", unparsed
+
+
+def _parse_process_snapshot(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, list[dict]]]:
+    """A top / ps snapshot: one process_samples row per process or thread row; times kept as printed."""
+    text_lines = _read_lines(f, out)
+    snap = process_snapshot.parse_snapshot(text_lines, 1)
+    rows = [{"engine": f.engine, "path": f.rel_path, **r} for r in snap.rows]
+    un = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": text_lines[i]} for i in snap.unmatched]
+    out.lines, out.unparsed = len(text_lines), len(un)
+    if any(r["clock"] == "time_of_day" for r in rows):
+        out.notes.extra.append("process snapshot dated by a time of day only (top's header): not aligned "
+                               "with the logs, its day and zone are unknown")
+    yield "process_samples", rows
+    yield "unparsed", un
 
 
 def _parse_unknown(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, Any]]:

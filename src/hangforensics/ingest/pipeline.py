@@ -1,7 +1,8 @@
 """Ingest: evidence files -> DuckDB tables, incrementally, one transaction per file.
 
 The stages: ``plan`` (against the sources manifest), ``parse`` (per kind, in ``parallel`` for large
-inputs), ``load`` (into the store); then per-engine clock alignment (``clock``) and pid -> rank mapping.
+inputs), ``load`` (into the store); then per engine: dump parts joined across files (``fragments``), pid -> rank
+mapping and clock alignment (``clock``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..store import Store
 from ..terminal_progress import ProgressBar
 from .clock import align_engine_clocks
 from .collective_clock import align_flight_recorder
+from .fragments import join_parts, rank_snapshots
 from .jobs import IngestResult
 from .load import apply_renames, bump_engine, forget_source, load_file, record_plan_only
 from .parallel import PARALLEL_MIN_BYTES, parse_in_pool, splittable
@@ -82,7 +84,9 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
         res.unparsed += outcome.unparsed
         res.bytes_read += max(outcome.read_bytes - (p.job().start_offset), 0)
     for engine in sorted(changed):
+        join_parts(store, engine)              # before ranks: moved threads take the first part's pid
         ranks_from_pids(store, engine)
+        rank_snapshots(store, engine)
         align_engine_clocks(store, engine)
         align_flight_recorder(store, engine)          # after the logs: it aligns to their clock
     res.changed_engines = sorted(changed)

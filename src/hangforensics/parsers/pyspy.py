@@ -40,6 +40,7 @@ class Frame:
     line: int | None
     native: bool
     library: str | None = None     # shared object of a native frame, when printed
+    at: int | None = None          # file line of the frame's own line, where the parser knows it
 
 
 @dataclass
@@ -51,6 +52,12 @@ class Thread:
     frames: list[Frame] = field(default_factory=list)
     garbled: bool = False          # interleaved output: only the frames parsed with certainty are kept
     format: str | None = None      # overrides Dump.format (gdb files mixing bt and py-bt)
+    # Pieces of a dump (sglang-formats.md §12 "Fragments"): None when the thread's section is whole as
+    # far as the text shows; 'cut' (its section ends at a line cut mid-token: later frames missing),
+    # 'continuation' (headerless frames at the start of a later part: thread_id '?', header elsewhere),
+    # 'joined' (its frames continue after a cut or foreign line: two parts spliced in one file).
+    fragment: str | None = None
+    line_end: int | None = None    # last line of the thread's section (frames, locals, a cut line)
 
 
 @dataclass
@@ -108,70 +115,157 @@ def _is_native(file: str, line: str | None) -> bool:
     return file.endswith((".c", ".cc", ".cpp", ".h", ".hpp", ".c.h"))
 
 
-def parse_dump(lines: list[str], first_line: int = 1) -> Dump:
-    """Parse py-spy text lines; ``first_line`` is the file line number of ``lines[0]``."""
-    processes: list[Process] = []
-    consumed: set[int] = set()
-    unmatched: list[int] = []
-    proc: Process | None = None
-    thread: Thread | None = None
-    frame_lines: list[int] = []
-    for i, raw in enumerate(lines):
-        text = raw.rstrip("\r\n")
+# A native frame's "file" is a library or executable name (a dot or a slash in it), '<string>' or
+# '[vdso]'.  A C++ name cut right after one of its own parenthesised parts ('bool (*)', '(long)') leaves
+# a "file" like '*' or 'long': that is a cut line, not a frame.
+LIBRARY_RE = re.compile(r"^(?:<[^<>]*>|\[[^\[\]]*\]|\S*[./]\S*|python[\d.]*)$")
+# The unknown thread that headerless frames (a dump's later part) are attributed to
+CONTINUATION_TID = "?"
+
+
+def frame_of(text: str) -> Frame | None:
+    """A py-spy frame line as a Frame; None when the line is not one (also a frame line cut mid-token)."""
+    m = FRAME_RE.match(text)
+    if m is None:
+        return None
+    ln, file = m.group("line"), m.group("file")
+    if ln is None and not LIBRARY_RE.match(file):
+        return None
+    native = _is_native(file, ln)
+    return Frame(m.group("name"), file, int(ln) if ln else None, native, file if native and ln is None else None)
+
+
+def _cut_like(text: str) -> bool:
+    """A line that begins like py-spy's grammar but does not parse: a frame, locals, thread or process line
+    cut mid-token (a paste's last line), as opposed to a foreign line."""
+    if text.startswith("    "):
+        return True
+    head = text[:8]
+    return any(w.startswith(head) or head.startswith(w) for w in ("Thread ", "Process "))
+
+
+class _TextReader:
+    """Line-by-line state of a py-spy text parse, with the fragments of a dump cut into parts: frames
+    before any thread header go to an unknown thread marked as a continuation; a line outside the
+    grammar inside a thread does not end it (a paste spliced there), and a cut last line is kept out."""
+
+    def __init__(self, first_line: int) -> None:
+        self.first_line = first_line
+        self.processes: list[Process] = []
+        self.consumed: set[int] = set()
+        self.unmatched: list[int] = []
+        self.frame_lines: list[int] = []
+        self.proc: Process | None = None
+        self.thread: Thread | None = None
+        self.gap: str | None = None             # a line outside the grammar since the thread's last line: cut/foreign
+        self.gap_at = 0
+        self.unknown_after_cut = False          # a thread header was cut: the next frames are an unknown thread's
+
+    def close_thread(self) -> None:
+        th = self.thread
+        if th is not None and self.gap == "cut":
+            th.fragment = th.fragment or "cut"
+            th.line_end = max(th.line_end or 0, self.first_line + self.gap_at)
+        self.thread, self.gap = None, None
+
+    def keep(self, i: int) -> None:
+        self.consumed.add(i)
+        if self.thread is not None:
+            self.thread.line_end = self.first_line + i
+
+    def frame(self, i: int, fr: Frame) -> None:
+        if self.thread is None:
+            if self.proc is None:
+                self.proc = Process(pid=None, title="", line=self.first_line + i)
+                self.processes.append(self.proc)
+            if self.unknown_after_cut or self.proc.threads:
+                # after a cut header: that thread's frames, its id unknown (a paste spliced here)
+                self.thread = Thread(f"{CONTINUATION_TID}{self.first_line + i}", None, None, self.first_line + i,
+                                     fragment="joined")
+            else:
+                # frames before any thread header: a later part of a dump (its header is in an earlier part)
+                self.thread = Thread(CONTINUATION_TID, None, None, self.first_line + i, fragment="continuation")
+            self.unknown_after_cut = False
+            self.proc.threads.append(self.thread)
+        elif self.gap is not None and self.thread.fragment is None:
+            self.thread.fragment = "joined"     # the frames go on after a cut or foreign line
+        self.gap = None
+        fr.at = self.first_line + i
+        self.thread.frames.append(fr)
+        self.frame_lines.append(i)
+        self.keep(i)
+
+    def feed(self, i: int, text: str) -> None:
         if not text.strip() or SEPARATOR_RE.match(text):
-            consumed.add(i)
-            continue
-        m = FRAME_RE.match(text)
-        if m and thread is not None:
-            frame_lines.append(i)
-            ln = m.group("line")
-            native = _is_native(m.group("file"), ln)
-            thread.frames.append(
-                Frame(m.group("name"), m.group("file"), int(ln) if ln else None, native,
-                      m.group("file") if native and ln is None else None)
-            )
-            consumed.add(i)
-            continue
-        if thread is not None and (LOCALS_HEAD_RE.match(text) or LOCALS_ITEM_RE.match(text)):
-            consumed.add(i)
-            continue
-        m = THREAD_RE.match(text)
-        if m:
-            if proc is None:
-                proc = Process(pid=None, title="", line=first_line + i)
-                processes.append(proc)
-            thread = Thread(m.group(1), m.group(2), m.group(3), first_line + i)
-            proc.threads.append(thread)
-            consumed.add(i)
-            continue
-        m = PROCESS_RE.match(text)
-        if m:
-            proc = Process(pid=int(m.group(1)), title=m.group(2), line=first_line + i)
-            processes.append(proc)
-            thread = None
-            consumed.add(i)
-            continue
-        m = PYTHON_RE.match(text)
-        if m and proc is not None:
-            proc.python = m.group(1)
-            consumed.add(i)
-            continue
-        m = PARENT_RE.match(text)
-        if m and proc is not None:
-            proc.parent_pid = int(m.group(1))
-            consumed.add(i)
-            continue
-        unmatched.append(i)
-    if any(not p.threads for p in processes[:-1]):
+            self.consumed.add(i)                # blank and prefix-only lines do not end a thread
+            return
+        fr = frame_of(text)
+        if fr is not None:
+            self.frame(i, fr)
+            return
+        if self.thread is not None and (LOCALS_HEAD_RE.match(text) or LOCALS_ITEM_RE.match(text)):
+            self.keep(i)
+            return
+        if (m := THREAD_RE.match(text)):
+            self.close_thread()
+            if self.proc is None:
+                self.proc = Process(pid=None, title="", line=self.first_line + i)
+                self.processes.append(self.proc)
+            self.thread = Thread(m.group(1), m.group(2), m.group(3), self.first_line + i, line_end=self.first_line + i)
+            self.proc.threads.append(self.thread)
+            self.consumed.add(i)
+        elif (m := PROCESS_RE.match(text)):
+            self.close_thread()
+            self.proc = Process(pid=int(m.group(1)), title=m.group(2), line=self.first_line + i)
+            self.processes.append(self.proc)
+            self.consumed.add(i)
+        elif (m := PYTHON_RE.match(text)) and self.proc is not None:
+            self.proc.python = m.group(1)
+            self.consumed.add(i)
+        elif (m := PARENT_RE.match(text)) and self.proc is not None:
+            self.proc.parent_pid = int(m.group(1))
+            self.consumed.add(i)
+        else:
+            self.unmatched.append(i)
+            if text.startswith(("T", "P")) and _cut_like(text):
+                self.cut_header()
+            elif self.thread is not None and self.gap != "cut":
+                self.gap, self.gap_at = ("cut" if _cut_like(text) else "foreign"), i
+
+    def cut_header(self) -> None:
+        """A thread (or process) header cut mid-token: the thread above it is complete (its rows end before the cut
+        line, which stays unmatched: a part that ends here leaves no thread open); frames after it are
+        the cut thread's, whose id is not certain."""
+        self.close_thread()
+        self.unknown_after_cut = True
+
+
+def parse_dump(lines: list[str], first_line: int = 1) -> Dump:
+    """Parse py-spy text lines; ``first_line`` is the file line number of ``lines[0]``.
+
+    Fragments: a part without its ``Process`` header is parsed headerless; its frames before the first
+    thread header belong to a thread whose header is in an earlier part (thread_id '?', fragment
+    'continuation': ``ingest.fragments`` joins it to that part when the engine's evidence holds it).
+    A last line cut mid-token is kept in ``unmatched``, never read as a frame (its thread: 'cut').
+    """
+    r = _TextReader(first_line)
+    for i, raw in enumerate(lines):
+        r.feed(i, raw.rstrip("\r\n"))
+    r.close_thread()
+    unmatched = r.unmatched
+    if any(not p.threads for p in r.processes[:-1]):
         # Two processes dumped into one file at once, line by line: a process header with no thread
         # before the next header.  No frame can be attributed with certainty: the threads are kept
         # (marked garbled), their frame lines go to unparsed.
-        for th in (t for p in processes for t in p.threads):
-            th.frames.clear()
-            th.garbled = True
-        consumed.difference_update(frame_lines)
-        unmatched = sorted(unmatched + frame_lines)
-    return Dump(processes, consumed, unmatched)
+        for p in r.processes:
+            # an unknown thread stands only on its frames: with them uncertain, nothing of it is left
+            p.threads = [t for t in p.threads if not t.thread_id.startswith(CONTINUATION_TID)]
+            for th in p.threads:
+                th.frames.clear()
+                th.garbled = True
+        r.consumed.difference_update(r.frame_lines)
+        unmatched = sorted(unmatched + r.frame_lines)
+    return Dump(r.processes, r.consumed, unmatched)
 
 
 def looks_like_pyspy(head: list[str]) -> bool:
@@ -181,6 +275,16 @@ def looks_like_pyspy(head: list[str]) -> bool:
         if PROCESS_RE.match(t) or THREAD_RE.match(t):
             return True
     return False
+
+
+def looks_like_pyspy_part(head: list[str]) -> bool:
+    """A later part of a py-spy dump, without its headers: most of the head is frame lines (a deep stack
+    pasted in two pieces can run for dozens of frames before the next thread header)."""
+    body = [t.rstrip("\r") for t in head[:60] if t.strip()]
+    frames = sum(1 for t in body if frame_of(t) is not None)
+    grammar = frames + sum(1 for t in body if THREAD_RE.match(t) or LOCALS_HEAD_RE.match(t)
+                           or LOCALS_ITEM_RE.match(t))
+    return frames >= 3 and grammar >= 0.8 * len(body)
 
 
 # -- --json -------------------------------------------------------------------------------------------

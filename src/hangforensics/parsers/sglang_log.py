@@ -38,7 +38,7 @@ from .sglang_patterns import (
     VLLM,
     VLLM_KINDS,
 )
-from .sglang_records import Record, RecordRows, handle
+from .sglang_records import Record, RecordRows, handle, leading_dump
 
 
 @dataclass
@@ -176,12 +176,16 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
         out.tables["http_requests"] = access
     events, others = _event_rows(starts, ctx)
     rows = _detailed_rows(others, lines, ctx)
+    lead = _leading_dump(df, starts, first_line, rows)
     out.tables["events"] = _apply_record_rows(events, rows)
     out.tables["leak_reports"] = rows.leaks
     out.tables["stacks"] = rows.stacks
     out.tables["frames"] = rows.frames
     out.tables["collective_records"] = rows.collective_records
-    un = df.filter(pl.col("role") == "unparsed").select(
+    unparsed = pl.col("role") == "unparsed"
+    if lead:
+        unparsed = unparsed & ~pl.col("i").is_in(lead)
+    un = df.filter(unparsed).select(
         pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"), pl.col("text"))
     if rows.unparsed:
         un = pl.concat([un, pl.DataFrame(rows.unparsed, schema=un.schema)])
@@ -196,6 +200,17 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
         ctx.last_ts = last.max()  # type: ignore[assignment]
         _count_backwards(starts.select("line", "ts_dt").drop_nulls(), ctx, out)
     return out
+
+
+def _leading_dump(df: pl.DataFrame, starts: pl.DataFrame, first_line: int, rows: RecordRows) -> list[int]:
+    """Offsets of a headerless py-spy part before the chunk's first record (only a file's first chunk has
+    lines before a record start), parsed into ``rows``."""
+    head = df.filter(pl.col("rec") == 0)
+    if not head.height:
+        return []
+    dated = starts.get_column("ts_dt").drop_nulls()
+    return sorted(leading_dump(head.get_column("body").to_list(), first_line,
+                               dated[0] if dated.len() else None, rows))
 
 
 def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:

@@ -133,6 +133,23 @@ def _pyspy_dump(rec: Record, out: RecordRows) -> dict[str, Any]:
             "native": "--native" in rec.msg or any(fr.native for fr in frames)}
 
 
+def leading_dump(texts: list[str], first_line: int, ts: datetime | None, out: RecordRows) -> set[int]:
+    """A py-spy dump's later part at the very start of a log, before its first record (a watchdog dump
+    pasted in two pieces: the second piece starts mid-thread).  Parsed headerless; returns the offsets
+    it consumed (the rest stays unparsed).  ``ts``: the first dated line after it (the dump was printed
+    just before it)."""
+    body = [t for t in texts if t.strip()]
+    grammar = [t for t in body if pyspy.frame_of(t) is not None or pyspy.THREAD_RE.match(t)]
+    if not grammar or len(grammar) * 2 < len(body):
+        return set()
+    dump = pyspy.parse_dump(texts, first_line)
+    if not dump.threads:
+        return set()
+    stackrows.dump_rows(dump, f"{out.engine}:{out.path}:{first_line}", out.engine, out.path, ts, "",
+                        "embedded", out.stacks, out.frames)
+    return dump.consumed
+
+
 def _health_check_failed(rec: Record, out: RecordRows) -> dict[str, Any]:
     m = re.search(r"last_heartbeat time: (\d\d:\d\d:\d\d)", rec.msg)
     t = re.search(r"tic start time: (\d\d:\d\d:\d\d)", rec.msg)

@@ -2,7 +2,7 @@
 
 Every stack parser (py-spy text and JSON, gdb, faulthandler, numbered native traces) returns a
 :class:`pyspy.Dump`; this turns it into rows, with the columns the embedded-dump row builder in
-``sglang_log`` does not fill: ``stacks.format``, ``stacks.garbled`` and ``frames.library``.
+``sglang_log`` does not fill: ``stacks.format``, ``stacks.garbled``, ``stacks.fragment`` and ``frames.library``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def dump_rows(dump: pyspy.Dump, dump_id: str, engine: str, path: str, ts: dateti
                 "pid": proc.pid, "thread_name": th.name, "thread_state": th.state or None, "path": path,
                 "line": th.line, "process_title": proc.title, "capture": capture,
                 "format": th.format or dump.format, "garbled": th.garbled, "ts_basis": basis,
+                "line_end": th.line_end if th.line_end is not None else th.line, "fragment": th.fragment,
             })
             for depth, fr in enumerate(th.frames):
                 frame_rows.append({

@@ -13,6 +13,7 @@ from ..parsers.capture_files import looks_like_manifest, looks_like_process_fact
 from ..parsers.flight_recorder import looks_like_flight_recorder
 from ..parsers.gpu import looks_like_nvidia_smi
 from ..parsers.nccl_ras import looks_like_nccl_ras
+from ..parsers.process_snapshot import looks_like_process_snapshot
 from .logfile import head_text, open_binary
 
 LOG_SNIFF = re.compile(
@@ -33,7 +34,7 @@ CAPTURE_KINDS = ("capture_manifest", "process_facts")
 
 # Every kind detect_kind can return (sources.kind).
 KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "flight_recorder", "nccl_ras", *CAPTURE_KINDS,
-         "empty", "binary", "unreadable", "unknown")
+         "process_snapshot", "empty", "binary", "unreadable", "unknown")
 
 
 def detect_kind(path: Path) -> str:
@@ -43,8 +44,8 @@ def detect_kind(path: Path) -> str:
     all bt`` / ``py-bt``), faulthandler_dump, native_trace (numbered C++/gdb frames);
     capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); flight_recorder (a PyTorch
     Flight Recorder dump, pickle or JSON); nccl_ras (``ncclras`` output); capture_manifest and
-    process_facts (a capture bundle's manifest.json and proc/round<k>.json); empty, binary, unreadable
-    or unknown.
+    process_facts (a capture bundle's manifest.json and proc/round<k>.json); process_snapshot (top /
+    ps output); empty, binary, unreadable or unknown.
     """
     try:
         head = head_text(path)
@@ -80,10 +81,12 @@ def detect_kind(path: Path) -> str:
         return "faulthandler_dump"
     if few_log_lines and native_trace.looks_like_trace(lines, strong_only=True):
         return "native_trace"
+    if few_log_lines and looks_like_process_snapshot(lines):
+        return "process_snapshot"           # (a log pasted after a ps listing is still a log)
     if LOG_SNIFF.search(head):
         return "server_log"
-    if pyspy.looks_like_pyspy(lines):
-        return "pyspy_dump"
+    if pyspy.looks_like_pyspy(lines) or pyspy.looks_like_pyspy_part(lines):
+        return "pyspy_dump"                 # (a later part of a dump starts with frames, no header)
     if gdb.looks_like_gdb(lines):
         return "gdb_dump"
     if faulthandler.looks_like_faulthandler(lines):

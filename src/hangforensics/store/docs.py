@@ -14,6 +14,13 @@ VIEW_NOTES = {
     "http_requests": "One row per uvicorn access line.",
     "stacks": "One row per thread in a stack dump (embedded in a log or a standalone capture).",
     "frames": "One row per frame of a thread, depth 0 innermost.",
+    "stack_joins": "Written by ingest: a dump pasted in pieces across files, put back together. The continuation's "
+                   "headerless frames were appended to the first part's last thread (from `depth` on) and its other "
+                   "threads moved into that dump; its `'?'` row (fragment joined) keeps where the part was read.",
+    "process_samples": "One row per process or thread of a `top` / `ps` snapshot (kind process_snapshot): state, "
+                       "CPU, wait channel, rank from the process title. Its times are as printed, on the snapshot "
+                       "host's clock: a time of day alone (top) or another zone or day is never aligned with the "
+                       "logs.",
     "leak_reports": "Memory-check / leak reports with the context they were printed in.",
     "unparsed": "Every line no parser recognised, verbatim.",
     "findings": "What the rules found (interface.md §3).",

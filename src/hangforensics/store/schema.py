@@ -25,7 +25,10 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS cadence_s DOUBLE",
         "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS running_req BIGINT",
         "ALTER TABLE freezes ADD COLUMN IF NOT EXISTS ts_basis VARCHAR",
-        "ALTER TABLE t_stacks ADD COLUMN IF NOT EXISTS ts_basis VARCHAR"],
+        "ALTER TABLE t_stacks ADD COLUMN IF NOT EXISTS ts_basis VARCHAR",
+        # fragments: dumps cut into parts (stack_joins and process_samples are created by their DDL)
+        "ALTER TABLE t_stacks ADD COLUMN IF NOT EXISTS line_end BIGINT",
+        "ALTER TABLE t_stacks ADD COLUMN IF NOT EXISTS fragment VARCHAR"],
 }
 
 # Table DDL.  Columns named in interface.md §4 are the stable contract; the rest
@@ -40,7 +43,7 @@ TABLES: dict[str, str] = {
         path VARCHAR NOT NULL,          -- relative to the ingest root, begins with the engine folder for fleets
         abs_path VARCHAR NOT NULL,      -- absolute path the file was read from (a temporary folder for bundles)
         engine VARCHAR NOT NULL,        -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
-        kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, flight_recorder, nccl_ras, capture_manifest, process_facts, empty, binary, unreadable, unknown
+        kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, flight_recorder, nccl_ras, capture_manifest, process_facts, process_snapshot, empty, binary, unreadable, unknown
         bytes BIGINT,                   -- bytes on disk (compressed size for .gz)
         lines BIGINT,                   -- lines read so far (a Flight Recorder dump: its entries)
         parsed_lines BIGINT,            -- lines represented by a typed row of a parsed view
@@ -121,7 +124,19 @@ TABLES: dict[str, str] = {
         format VARCHAR,                 -- pyspy_text, pyspy_json, gdb, gdb_pybt, faulthandler, trace, flight_recorder (the call site a dump recorded for the collective a rank stands at, one thread per process group)
         garbled BOOLEAN,                -- interleaved output: only the certain frames were kept
         collected_ts TIMESTAMP,         -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
-        ts_basis VARCHAR                -- where ts comes from: record (the log record embedding the dump), manifest (a capture bundle's manifest: when py-spy read the stack), mtime (the file's modification time)
+        ts_basis VARCHAR,               -- where ts comes from: record (the log record embedding the dump), manifest (a capture bundle's manifest: when py-spy read the stack), mtime (the file's modification time)
+        line_end BIGINT,                -- last line of the thread's section in that file (its last frame, locals or cut line)
+        fragment VARCHAR                -- NULL: whole as far as the text shows; cut: its section ends at a line cut mid-token (its later frames missing); continuation: headerless frames at the start of a dump's later part (thread_id '?'); joined: its frames go on after a cut or foreign line (two pastes in one file; thread_id '?<line>' when the header above them was cut), or, on a '?' row, its frames were appended to the thread stack_joins names
+    """,
+    "stack_joins": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        seq INTEGER,                    -- order of the joins within the engine (a dump over three files joins twice)
+        dump_id VARCHAR,                -- the first part's dump: the continuation's threads now belong to it
+        thread_id VARCHAR,              -- its last thread, whose frames the continuation's headerless frames extend
+        depth INTEGER,                  -- depth of the first appended frame (the first part's frame count)
+        from_dump_id VARCHAR,           -- the continuation's own dump; its '?' row (fragment joined) keeps its file and lines
+        from_rank VARCHAR,              -- the continuation's rank before the join (it takes the first part's)
+        basis VARCHAR                   -- cut (the first part's last line was cut mid-token, and no other part could follow it) or only (the engine's only dump left open at the end of its file)
     """,
     "frames": """
         dump_id VARCHAR,                -- the dump (joins stacks)
@@ -195,6 +210,27 @@ TABLES: dict[str, str] = {
         util_pct DOUBLE,                -- GPU utilisation, percent
         power_w DOUBLE,                 -- power draw, watts
         mem_mib DOUBLE                  -- memory used, MiB
+    """,
+    "process_samples": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root
+        line BIGINT,                    -- line of the row in that file
+        snapshot INTEGER,               -- which snapshot of the file (one top iteration, one ps run), from 0
+        tool VARCHAR,                   -- the layout recognised: top, top -H (threads), ps aux, ps -ef, ps -eLf, ps -o
+        ts_printed VARCHAR,             -- the snapshot's time as printed: top's time of day ('14:02:11'), a date line beside it, NULL
+        ts TIMESTAMP,                   -- that time when it carries a date, on the snapshot host's own clock and zone: never aligned to the log (another zone or day is common)
+        clock VARCHAR,                  -- what ts_printed is: time_of_day (no date: ts NULL), dated (a date line), none
+        pid BIGINT,                     -- process id (NULL on a top -H row: its id is a thread's, in tid)
+        tid BIGINT,                     -- thread id of a thread row (top -H, ps -L: LWP / TID / SPID), NULL for a process row
+        ppid BIGINT,                    -- parent process id, when printed
+        user VARCHAR,                   -- USER or UID as printed
+        state VARCHAR,                  -- kernel state letter: R running, S sleeping, D uninterruptible (usually a driver wait), Z, T, I
+        cpu_pct DOUBLE,                 -- %CPU as printed: top's is over the last interval (100 = one core); ps's is the average over the process's life
+        mem_pct DOUBLE,                 -- %MEM as printed
+        wchan VARCHAR,                  -- kernel function the task waits in (ps -o wchan), '-' when running, NULL when not printed
+        command VARCHAR,                -- command or thread name as printed (top cuts it to 15 characters without -c)
+        rank VARCHAR,                   -- rank from the process title (sglang::scheduler_TP3, VLLM::Worker_TP1, VllmWorker-2) or from another dump of the same pid
+        activity VARCHAR                -- state and CPU read together: spinning (R at 90 % or more), running, sleeping, uninterruptible, stopped, zombie
     """,
     "unparsed": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
@@ -493,7 +529,7 @@ CLOCKED = {"events": "path", "batches": "path", "http_requests": "file", "stacks
 
 # Parsed tables appended by ingest, in load order.
 LOADED_TABLES = ("events", "batches", "http_requests", "stacks", "frames", "leak_reports", "gpu_samples",
-                 "collective_records", "unparsed")
+                 "collective_records", "process_samples", "unparsed")
 LOADED_TABLES += ("captures", "capture_processes", "capture_dumps", "capture_failures", "process_facts")
 
 
