@@ -12,7 +12,7 @@ from ..parsers.stackrows import ranks_from_pids
 from ..readers.layout import EvidenceFile, Workspace
 from ..store import Store
 from ..terminal_progress import ProgressBar
-from .clock import align_engine_clocks
+from .clock import align_engine_clocks, align_envelope_times
 from .jobs import IngestResult
 from .load import apply_renames, bump_engine, forget_source, load_file, record_plan_only
 from .parallel import PARALLEL_MIN_BYTES, parse_in_pool, splittable
@@ -83,6 +83,7 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
     for engine in sorted(changed):
         ranks_from_pids(store, engine)
         align_engine_clocks(store, engine)
+        align_envelope_times(store, engine)
     res.changed_engines = sorted(changed)
     prog.finish(f"{res.files_read} files read, {res.files_skipped} unchanged, {res.lines} lines")
     return res

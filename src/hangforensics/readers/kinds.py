@@ -1,5 +1,7 @@
 """A file's kind, from its content alone (its name carries no meaning): server log, stack dumps of each
-format, failed captures, GPU samples, empty, binary or unknown."""
+format, failed captures, GPU samples, empty, binary or unknown.  The kind is the *payload's*: a file's
+collector or paste envelope is stripped from its head first (a py-spy dump pasted in ``> `` quotes is a
+py-spy dump, a kubectl-wrapped log a server log)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from ..errors import InputError
 from ..parsers import faulthandler, gdb, native_trace, pyspy
 from ..parsers.capture_errors import looks_like_capture_error
 from ..parsers.gpu import looks_like_nvidia_smi
+from .envelopes import EnvelopeStack
 from .logfile import head_text
+from .payload import head_lines, sniff
 
 LOG_SNIFF = re.compile(
     r"^(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:"
@@ -38,16 +42,25 @@ def detect_kind(path: Path) -> str:
     capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); empty, binary,
     unreadable or unknown.
     """
+    return sniff_kind(path)[0]
+
+
+def sniff_kind(path: Path) -> tuple[str, EnvelopeStack | None]:
+    """The kind of a file's payload and the envelope around it (None for files not read as text)."""
     try:
         head = head_text(path)
     except InputError:
-        return "unreadable"
+        return "unreadable", None
     if not head:
-        return "empty"
+        return "empty", None
     if looks_binary(head):
-        return "binary"
-    head = head.replace("\x00", "")         # NUL runs in a text file (crash, copytruncate) are skipped
-    lines = [s.rstrip("\r") for s in head.splitlines()]
+        return "binary", None
+    stack, lines = sniff(head_lines(head))     # NUL runs in a text file (crash, copytruncate) are skipped
+    return payload_kind("\n".join(lines), lines), stack
+
+
+def payload_kind(head: str, lines: list[str]) -> str:
+    """The kind of a head of payload text (``lines``: the same, split)."""
     first = [s for s in lines if s.strip()][:5]
     if first and (pyspy.PROCESS_RE.match(first[0]) or pyspy.THREAD_RE.match(first[0])):
         return "pyspy_dump"

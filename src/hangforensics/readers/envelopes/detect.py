@@ -49,8 +49,18 @@ def _detect_hard_wrap(lines: list[str], need: float) -> str | None:
     at_w = [i for i in range(len(lines) - 1) if len(lines[i]) == w]   # the sample's last line may be cut
     if len({lines[i] for i in at_w}) < 3:
         return None
-    cont = sum(1 for i in at_w if _wrap_continues(lines[i + 1]))
+    # a continuation begins unlike a line does: lines of one width each followed by a line that starts as
+    # they do ('80004:[2026-...', ' 2026-05-01 13:00:00 [...') are an envelope's records of equal length
+    cont = sum(1 for i in at_w if _wrap_continues(lines[i + 1]) and _shape(lines[i + 1]) != _shape(lines[i]))
     return str(w) if cont >= 3 and cont >= 0.6 * len(at_w) else None
+
+
+_DIGITS = re.compile(r"\d")
+
+
+def _shape(s: str) -> str:
+    """How a line begins, digits alike: '80004:[20' and '80005:[20' have one shape."""
+    return _DIGITS.sub("9", s[:8])
 
 
 DOCKER_KEYS = {"log", "stream", "time", "attrs"}

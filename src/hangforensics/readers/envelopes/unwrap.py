@@ -69,6 +69,16 @@ class Unwrapped:
     dropped: list[tuple[int, str]] = field(default_factory=list)       # (physical line, original text) of
                                                            # envelope-only and prose lines
     identity: bool = False                                 # payload is the input list itself (stack 'none')
+    joined: dict[int, list[int]] = field(default_factory=dict)         # physical lines of a payload line
+                                                           # (by its line) when not line, line+1, ... (streams)
+
+    def physical(self, i: int) -> list[int]:
+        """The physical lines payload line ``i`` stands for (those of its JSON message when span is 0)."""
+        ln = self.line[i]
+        got = self.joined.get(ln)
+        if got is not None:
+            return got
+        return list(range(ln, ln + max(self.span[i], 1)))
 
 
 class Unwrapper:
@@ -110,6 +120,11 @@ class Unwrapper:
             i = p - first
             self._dropped.append((p, orig[i] if 0 <= i < len(orig) else ""))
 
+    def original(self, p: int) -> str:
+        """The text of physical line ``p`` as the file has it (a line of the last feed, or one carried into it)."""
+        i = p - self._orig_first
+        return self._orig[i] if 0 <= i < len(self._orig) else ""
+
     def carried_from(self) -> int | None:
         """First physical line held back for the next chunk (None: nothing is): a safe resume point
         is the start of that line."""
@@ -133,6 +148,9 @@ class Unwrapper:
         dropped, self._dropped = self._dropped, []
         dropped.sort()
         keep = self.carried_from()
+        joined: dict[int, list[int]] = {}
         if self._phys:
+            # joined lines handed on now, and those still held for the next chunk
+            joined = {k: v for k, v in self._phys.items() if keep is None or k < keep}
             self._phys = {k: v for k, v in self._phys.items() if keep is not None and k >= keep}
-        return Unwrapped(it.txt, it.ln, it.sp, it.ts, dropped)
+        return Unwrapped(it.txt, it.ln, it.sp, it.ts, dropped, joined=joined)
