@@ -124,13 +124,15 @@ class PayloadReader:
                  resumed: bool = False) -> PayloadReader:
         """The reader of ``path``: its envelope from its head (unless known), dated near its first dated
         payload line (a resumed read: near its modification time)."""
-        if stack is None or (stack.layers and not resumed):
-            found, payload = sniff(head_lines(head_text(path)))
-            stack = found if stack is None else stack
-        else:
-            payload = []
-        if not stack.layers:
+        if stack is not None and not stack.layers:
             return cls(NONE)
+        head = head_lines(head_text(path)) if stack is None or not resumed else []
+        if stack is None:
+            stack, payload = sniff(head)
+            if not stack.layers:
+                return cls(NONE)
+        else:
+            payload = Unwrapper(stack, year_hint=2000).feed(head, 1, final=True).payload if head else []
         return cls(stack, year_hint([] if resumed else payload, mtime))
 
     def record_start(self) -> re.Pattern[bytes]:
