@@ -311,6 +311,22 @@ def test_bare_access_lines_take_their_envelope_time_aligned_to_the_payload_clock
         assert "dated by their envelope's time" in st.scalar("SELECT note FROM sources")
 
 
+def test_a_file_without_dated_lines_takes_the_offset_of_its_engine(tmp_path: Path) -> None:
+    w, _ = bare_access_log()
+    t = w.t0 - UTC8
+    main = w_kubectl(w.lines, collector_clock(w))
+    # the API server's own file: an environment line and access lines, none with a time of its own
+    api = ["Environment: SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0",
+           *(f'INFO:     127.0.0.1:{50000 + s} - "GET /health HTTP/1.1" 200 OK' for s in range(3))]
+    api = [w_kubectl([s], t + timedelta(seconds=100 + i))[0] for i, s in enumerate(api)]
+    write_engine(tmp_path / "eng", main, end_of(w))
+    write_engine(tmp_path / "eng", api, end_of(w), "api.log")
+    with Store(":memory:") as st:
+        ingest_paths(st, [tmp_path / "eng"], mode="engine")
+        got = st.query("SELECT ts, collected_ts FROM http_requests WHERE file LIKE '%api.log' ORDER BY line")
+        assert [r["ts"] for r in got] == [w.t0 + timedelta(seconds=100 + i) for i in (1, 2, 3)]
+
+
 def test_bare_access_lines_behind_a_viewer_column_use_the_same_alignment(tmp_path: Path) -> None:
     w, when = bare_access_log()
     lines, k = [], 0
@@ -464,3 +480,33 @@ def test_parallel_split_of_a_wrapped_log_equals_serial(tmp_path: Path, monkeypat
     with Store(tmp_path / "parallel.duckdb") as st:
         ingest.ingest_paths(st, [eng], jobs=2)
         assert st.con.execute(query).fetchall() == serial
+
+
+# -- hostile wrapped input: never a traceback, every physical line accounted for -----------------------------
+PIECES = ["2026-05-01T02:00:00.123456789Z ", " stderr P ", " stdout F ", "sglang-1  | ", "> ", "```", "<details>",
+          '{"log":"', '\\n","stream":"stderr","time":"2026-05-01T02:00:00Z"}', "May  1 02:00:00 gpu-07 python3[1]: ",
+          "<14>1 - - - - - - ", "[80746] ", " 1234 | ", "\x1b[32m", "\r", "[2026-05-01 10:00:00 TP0] ", "\t", "    "]
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(envelope=st.sampled_from(list(WRAPPERS)), data=st.data())
+def test_property_mutated_wrapped_logs_are_accounted_for(envelope: str, data: st.DataObject) -> None:
+    import tempfile
+
+    lines = wrap(stall().lines[:80], envelope)
+    for _ in range(data.draw(st.integers(0, 8))):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        op = data.draw(st.sampled_from(["cut", "drop", "dup", "insert"]))
+        if op == "cut":
+            lines[i] = lines[i][:data.draw(st.integers(0, len(lines[i])))]
+        elif op == "drop" and len(lines) > 1:
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        else:
+            lines.insert(i, "".join(data.draw(st.lists(st.sampled_from(PIECES), max_size=4))))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_engine(Path(tmp) / "eng", lines, datetime(2026, 5, 1, 12))
+        with Store(":memory:") as st_:
+            ingest_paths(st_, [folder], mode="engine")
+            assert_accounting(st_)
