@@ -56,7 +56,7 @@ def sniff_kind(path: Path) -> tuple[str, EnvelopeStack | None]:
     if looks_binary(head):
         return "binary", None
     stack, lines = sniff(head_lines(head))     # NUL runs in a text file (crash, copytruncate) are skipped
-    return payload_kind("\n".join(lines), lines), stack
+    return payload_kind("\n".join(lines) if stack.layers else head.replace("\x00", ""), lines), stack
 
 
 def payload_kind(head: str, lines: list[str]) -> str:

@@ -37,10 +37,10 @@ _DATED = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
 def head_lines(text: str) -> list[str]:
     """Lines of a file's head as the chunk reader gives them: split on newlines, CR of CRLF removed."""
-    lines = text.replace("\x00", "").split("\n")
+    lines = (text.replace("\x00", "") if "\x00" in text else text).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return [s[:-1] if s.endswith("\r") else s for s in lines]
+    return [s[:-1] if s.endswith("\r") else s for s in lines] if "\r" in text else lines
 
 
 def sniff(lines: list[str]) -> tuple[EnvelopeStack, list[str]]:

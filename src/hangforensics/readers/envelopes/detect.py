@@ -257,6 +257,14 @@ def _sample(lines: list[str]) -> list[str]:
     return out
 
 
+def _plain_records(lines: list[str]) -> bool:
+    """Every non-blank line of the sample begins a payload record, and none holds an escape or a CR: no
+    layer can be around it (a shortcut for the commonest file, a plain log; a prefix, a quote, a fence
+    or a wrapped line's continuation would not begin a record)."""
+    head = _HEAD_RX.match
+    return bool(lines) and all(head(s) and "\x1b" not in s and "\r" not in s for s in lines if s.strip())
+
+
 def detect(sample_lines: list[str]) -> EnvelopeStack:
     """The envelope of a file, from its first lines (split on ``\\n`` only, CR of CRLF removed).
 
@@ -266,6 +274,8 @@ def detect(sample_lines: list[str]) -> EnvelopeStack:
     """
     try:
         cur = _sample(list(sample_lines))
+        if _plain_records(cur):
+            return NONE
         layers: list[str] = []
         params: list[str] = []
         for _ in range(MAX_LAYERS):
