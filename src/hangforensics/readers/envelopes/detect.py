@@ -9,7 +9,7 @@ from itertools import pairwise
 
 from .collectors import _Cri, _Journald, _json_obj, _Kubectl, _Syslog
 from .layers import EVIDENCE, PAYLOAD_HEAD
-from .pastes import _ANSI, _FENCE, _LINENO, _TAG, _VTS, _Compose, _wrap_continues
+from .pastes import _FENCE, _LINENO, _TAG, _VTS, _Compose, _wrap_continues
 from .unwrap import NONE, EnvelopeStack, Unwrapped, Unwrapper
 
 
@@ -34,8 +34,15 @@ def _share(lines: list[str], rx: re.Pattern[str], need: float = MAJORITY) -> boo
     return hits >= need * len(ne) and (need >= MAJORITY or hits >= 3)
 
 
+# A terminal's colour or erase sequence; other control characters on a line mean binary data, where an
+# ESC or CR byte is no terminal's (a pickle's opcodes, say).
+_TTY_SEQ = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\))")
+_OTHER_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f]")
+
+
 def _detect_ansi(lines: list[str], need: float) -> str | None:
-    hits = sum(1 for s in lines if ("\x1b" in s and _ANSI.search(s)) or "\r" in s.rstrip("\r"))
+    hits = sum(1 for s in lines if (("\x1b" in s and _TTY_SEQ.search(s)) or "\r" in s.rstrip("\r"))
+               and not _OTHER_CONTROL.search(s))
     return "" if hits else None
 
 
