@@ -24,7 +24,7 @@ class _Kubectl(_PrefixLayer):
 
     def run(self, it: _Items, final: bool) -> _Items:
         # the hot path of the commonest envelope: inlined (no method call per line)
-        match, conv = self.rx.match, _iso_ts
+        match, conv, iso = self.rx.match, _iso_ts, datetime.fromisoformat
         txt: list[str] = []
         tss: list[datetime | None] = []
         at, ats = txt.append, tss.append
@@ -33,12 +33,18 @@ class _Kubectl(_PrefixLayer):
             if m is None:
                 at(s)
                 ats(t)
-            else:
-                at(s[m.end():])
-                v = conv(*m.groups())
-                ats(t if v is None else v)
+                continue
+            at(s[m.end():])
+            base, frac, zone = m.groups()
+            if zone == "Z":                  # UTC, as kubectl prints it: the C parser directly
+                try:
+                    ats(iso(f"{base}.{frac[:6].ljust(6, '0')}" if frac else base))
+                except ValueError:
+                    ats(t)
+                continue
+            v = conv(base, frac, zone)
+            ats(t if v is None else v)
         return _Items(txt, it.ln, it.sp, tss)
-
 
 
 class _Cri(_Layer):

@@ -13,7 +13,6 @@ _ZONE = r"(Z|z|[+-]\d\d:?\d\d)"
 _EPOCH = datetime(1970, 1, 1)
 
 # -- time helpers -----------------------------------------------------------------------------------
-_SEC_CACHE: dict[str, datetime] = {}      # 'YYYY-MM-DDTHH:MM:SS' -> datetime: one parse per second of log
 _ZONE_CACHE: dict[str, timedelta] = {}
 
 
@@ -32,15 +31,8 @@ def _iso_ts(base: str | None, frac: str | None, zone: str | None) -> datetime | 
     if not base:
         return None
     try:
-        dt = _SEC_CACHE.get(base)
-        if dt is None:
-            dt = datetime(int(base[0:4]), int(base[5:7]), int(base[8:10]),
-                          int(base[11:13]), int(base[14:16]), int(base[17:19]))
-            if len(_SEC_CACHE) > 200_000:
-                _SEC_CACHE.clear()
-            _SEC_CACHE[base] = dt
-        if frac:
-            dt = dt.replace(microsecond=int(frac[:6].ljust(6, "0")))
+        # the C parser of the isoformat() shape: several times faster than building it field by field
+        dt = datetime.fromisoformat(f"{base}.{frac[:6].ljust(6, '0')}" if frac else base)
         if zone and zone not in ("Z", "z"):
             dt = dt - _zone_offset(zone)
         return dt
