@@ -9,9 +9,10 @@ envelope's time of its line (``collected_ts``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+if TYPE_CHECKING:                  # polars is imported where rows are renumbered: planning does not need it
+    import polars as pl
 
 
 class LineMap:
@@ -38,6 +39,8 @@ class LineMap:
 
     def frame(self, df: pl.DataFrame, cols: tuple[str, ...] = ("line",), collected: bool = False) -> pl.DataFrame:
         """``df`` with its line columns renumbered (and ``collected_ts`` by its ``line``)."""
+        import polars as pl
+
         if not df.height:
             return df
         if self._lines_s is None:
