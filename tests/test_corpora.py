@@ -46,6 +46,15 @@ def test_shared_sample_fleet_scores(tmp_path: Path):
 
 
 @requires_shared()
+def test_shared_wrapped_fleet_scores_as_the_plain_one(tmp_path: Path):
+    """examples/wrapped/ is examples/fleet/ as collectors hand it over (kubectl, CRI, docker json-file,
+    journald, syslog, ANSI, compose): the envelope changes no finding."""
+    p = _score(EXAMPLES / "wrapped" / "fleet", EXAMPLES / "wrapped" / "truth.json", tmp_path, ALL_RULES)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "recall=1.000 precision=1.000" in p.stdout.splitlines()[-1], p.stdout
+
+
+@requires_shared()
 @pytest.mark.skipif(not (VARIANTS / "truth.json").exists(), reason="variant corpus not generated")
 def test_variant_corpus_scores(tmp_path: Path):
     p = _score(VARIANTS / "fleet", VARIANTS / "truth.json", tmp_path)

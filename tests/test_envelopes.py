@@ -3,14 +3,25 @@ collected times, lossless accounting and chunk-by-chunk streaming."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from envelope_wrappers import (
+    T0,
+    TIMED,
+    WRAP_WIDTH,
+    WRAPPERS,
+    times,
+    w_compose,
+    w_cri,
+    w_docker,
+    w_fenced,
+    w_journald_json,
+    w_kubectl,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -473,162 +484,6 @@ def test_wrapped_sample_fleet_unwraps_to_the_plain_fleet() -> None:
 
 # -- invariance: the same evidence under every envelope unwraps to the same lines --------------------
 PLAIN = read("plain_sglang.log")
-T0 = datetime(2026, 4, 14, 2, 33, 58, 120000)          # the collector's UTC clock (payload is UTC+8)
-
-
-def times(lines: list[str]) -> list[datetime]:
-    return [T0 + timedelta(milliseconds=137 * i) for i in range(len(lines))]
-
-
-def go_nano(t: datetime) -> str:
-    """Go's RFC3339Nano: nanoseconds with trailing zeros trimmed, Z."""
-    frac = f"{t.microsecond:06d}123".rstrip("0")
-    return t.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + "Z"
-
-
-def cut(s: str, n: int) -> list[str]:
-    return [s[i:i + n] for i in range(0, len(s), n)] or [""]
-
-
-def w_kubectl(lines: list[str]) -> list[str]:
-    return [f"{go_nano(t)} {s}" for t, s in zip(times(lines), lines, strict=True)]
-
-
-def w_cri(lines: list[str]) -> list[str]:
-    out = []
-    for t, s in zip(times(lines), lines, strict=True):
-        parts = cut(s, 100)                 # a small runtime limit, so several lines split
-        ts = t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000+00:00"
-        out += [f"{ts} stderr {'F' if i == len(parts) - 1 else 'P'} {p}" for i, p in enumerate(parts)]
-    return out
-
-
-def w_docker(lines: list[str]) -> list[str]:
-    out = []
-    for t, s in zip(times(lines), lines, strict=True):
-        parts = cut(s, 90)
-        for i, p in enumerate(parts):
-            log = p + ("\n" if i == len(parts) - 1 else "")
-            out.append(json.dumps({"log": log, "stream": "stderr", "time": go_nano(t)}, separators=(",", ":")))
-    return out
-
-
-def w_journald_short(lines: list[str]) -> list[str]:
-    return [f"{t:%b} {t.day:2d} {t:%H:%M:%S} gpu-07 python3[4121]: {s}" for t, s in zip(times(lines), lines, strict=True)]
-
-
-def w_journald_iso(lines: list[str]) -> list[str]:
-    return [f"{t:%Y-%m-%dT%H:%M:%S}+0000 gpu-07 python3[4121]: {s}" for t, s in zip(times(lines), lines, strict=True)]
-
-
-def w_journald_json(lines: list[str]) -> list[str]:
-    out = []
-    for t, s in zip(times(lines), lines, strict=True):
-        us = int((t - datetime(1970, 1, 1)).total_seconds() * 1e6)
-        parts = cut(s, 120)                 # journald's LineMax, made small
-        for i, p in enumerate(parts):
-            d = {"__REALTIME_TIMESTAMP": str(us), "_PID": "4121", "MESSAGE": p, "_HOSTNAME": "gpu-07"}
-            if i < len(parts) - 1:
-                d["_LINE_BREAK"] = "line-max"
-            out.append(json.dumps(d))
-    return out
-
-
-def w_syslog_5424(lines: list[str]) -> list[str]:
-    return [f"<14>1 {t:%Y-%m-%dT%H:%M:%S.%f}+00:00 h100-gpu12 sglang 4121 - - {s}"
-            for t, s in zip(times(lines), lines, strict=True)]
-
-
-def w_syslog_3164(lines: list[str]) -> list[str]:
-    return [f"<14>{t:%b} {t.day:2d} {t:%H:%M:%S} gpu-07 python3[4121]: {s}" for t, s in zip(times(lines), lines, strict=True)]
-
-
-def w_fluentbit(lines: list[str]) -> list[str]:
-    return [json.dumps({"date": (t - datetime(1970, 1, 1)).total_seconds(), "log": s + "\n", "stream": "stderr",
-                        "kubernetes": {"pod_name": "sglang-0"}}) for t, s in zip(times(lines), lines, strict=True)]
-
-
-def w_vector(lines: list[str]) -> list[str]:
-    return [json.dumps({"host": "gpu-07", "message": s, "source_type": "kubernetes_logs", "timestamp": go_nano(t)})
-            for t, s in zip(times(lines), lines, strict=True)]
-
-
-def w_ansi(lines: list[str]) -> list[str]:
-    def paint(s: str) -> str:
-        s = re.sub(r"\b(INFO|200 OK|TP\d)\b", "\x1b[32m\\1\x1b[0m", s)
-        return f"\x1b[2K\rloading {len(s) % 100}%\r{s}" if s.startswith("[") else s
-    return [paint(s) for s in lines]
-
-
-def w_compose(lines: list[str]) -> list[str]:
-    return [f"sglang-1  | {s}" if s else "sglang-1  |" for s in lines]
-
-
-def w_quote(lines: list[str]) -> list[str]:
-    return [f"> {s}" if s else ">" for s in lines]
-
-
-def w_fenced(lines: list[str]) -> list[str]:
-    return ["The decode server hung, log below:", "", "```log", *lines, "```", "", "Thanks for looking!"]
-
-
-def w_details(lines: list[str]) -> list[str]:
-    return ["<details>", "<summary>server.log</summary>", "", "~~~", *lines, "~~~", "</details>"]
-
-
-def w_lineno(fmt: str) -> Callable[[list[str]], list[str]]:
-    def wrap(lines: list[str]) -> list[str]:
-        return [fmt.format(n=80000 + i, s=s).rstrip(" ") if not s else fmt.format(n=80000 + i, s=s)
-                for i, s in enumerate(lines)]
-    return wrap
-
-
-def w_viewer_ts(lines: list[str]) -> list[str]:
-    return [f" {t + timedelta(hours=3):%Y-%m-%d %H:%M:%S} {s}" for t, s in zip(times(lines), lines, strict=True)]
-
-
-WRAP_WIDTH = 110
-
-
-def w_hard_wrap(lines: list[str]) -> list[str]:
-    return [piece for s in lines for piece in cut(s, WRAP_WIDTH)]
-
-
-WRAPPERS: dict[str, tuple[list[Callable[[list[str]], list[str]]], str]] = {
-    # name: (wrappers applied innermost first, expected stack)
-    "kubectl": ([w_kubectl], "kubectl"),
-    "cri": ([w_cri], "cri"),
-    "docker_json": ([w_docker], "docker_json"),
-    "journald_short": ([w_journald_short], "journald"),
-    "journald_iso": ([w_journald_iso], "journald"),
-    "journald_json": ([w_journald_json], "journald"),
-    "syslog_5424": ([w_syslog_5424], "syslog"),
-    "syslog_3164": ([w_syslog_3164], "syslog"),
-    "fluentbit": ([w_fluentbit], "fluentbit"),
-    "vector": ([w_vector], "vector"),
-    "ansi": ([w_ansi], "ansi"),
-    "compose": ([w_compose], "compose"),
-    "quote": ([w_quote], "markdown"),
-    "fenced": ([w_fenced], "markdown"),
-    "details": ([w_details], "markdown"),
-    "lineno_bracket": ([w_lineno("[{n}] {s}")], "viewer_lineno"),
-    "lineno_pipe": ([w_lineno(" {n:6d} | {s}")], "viewer_lineno"),
-    "lineno_colon": ([w_lineno("{n}:{s}")], "viewer_lineno"),
-    "lineno_tab": ([w_lineno("{n:6d}\t{s}")], "viewer_lineno"),
-    "viewer_ts": ([w_viewer_ts], "viewer_ts"),
-    "hard_wrap": ([w_hard_wrap], "hard_wrap"),
-    "compose+kubectl": ([w_kubectl, w_compose], "compose+kubectl"),
-    "quote+compose": ([w_compose, w_quote], "markdown+compose"),
-    "fenced+compose+kubectl": ([w_kubectl, w_compose, w_fenced], "markdown+compose+kubectl"),
-    "quote+lineno": ([w_lineno("[{n}] {s}"), w_quote], "markdown+viewer_lineno"),
-    "ansi+compose": ([w_compose, w_ansi], "ansi+compose"),
-    "hard_wrap+kubectl": ([w_kubectl, w_hard_wrap], "hard_wrap+kubectl"),
-    "quote+viewer_ts": ([w_viewer_ts, w_quote], "markdown+viewer_ts"),
-    "fluentbit+cri": ([w_cri, w_fluentbit], "fluentbit+cri"),
-    "lineno_pipe+compose": ([w_compose, w_lineno(" {n:6d} | {s}")], "viewer_lineno+compose"),
-}
-TIMED = {"kubectl", "cri", "docker_json", "journald", "syslog", "fluentbit", "vector", "viewer_ts"}
-
 
 def test_plain_sample_has_no_wrap_width_line() -> None:
     # a line of exactly the wrap width would be joined with the next by a terminal's wrap too

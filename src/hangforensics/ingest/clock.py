@@ -1,4 +1,5 @@
-"""Aligning one engine's per-node logs to the clock of its main log.
+"""Aligning one engine's per-node logs to the clock of its main log, and lines without a time of their
+own to their file's payload clock through their envelope's time.
 
 Startup milestones (``Init torch distributed ends``, ``Load weight end``,
 ``Capture ... graph end``, ``Memory pool end``) end on every rank within about
@@ -57,3 +58,35 @@ def _milestones(store: Store, engine: str, paths: list[str]) -> dict:
         if first is not None:
             out[m] = first
     return out
+
+
+def align_envelope_times(store: Store, engine: str) -> int:
+    """Date the access lines that print no time of their own but carry an envelope time (kubectl, CRI,
+    journald, a viewer's column, ...): ``ts = collected_ts + offset``, the offset being the file's median of
+    ``ts - collected_ts`` over its records that carry both (a collector in UTC beside a pod's local
+    time differs by hours; a viewer's clock by anything), else the engine's (the same collector's other
+    files).  Returns the number of rows dated."""
+    pending = store.scalar("SELECT count(*) FROM t_http_requests WHERE engine = ? AND ts IS NULL "
+                           "AND collected_ts IS NOT NULL", [engine])
+    if not pending:
+        return 0
+    store.con.execute(
+        """WITH both_clocks AS (
+               SELECT path AS f, epoch_us(ts) - epoch_us(collected_ts) AS d FROM t_batches
+               WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL
+               UNION ALL
+               SELECT path, epoch_us(ts) - epoch_us(collected_ts) FROM t_events
+               WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL
+               UNION ALL
+               SELECT file, epoch_us(ts) - epoch_us(collected_ts) FROM t_http_requests
+               WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL),
+           per_file AS (SELECT f, median(d) AS d FROM both_clocks GROUP BY f),
+           per_engine AS (SELECT median(d) AS d FROM both_clocks)
+           UPDATE t_http_requests AS h
+           SET ts = h.collected_ts + to_microseconds(CAST(COALESCE(
+                   (SELECT d FROM per_file WHERE f = h.file), (SELECT d FROM per_engine)) AS BIGINT))
+           WHERE h.engine = $1 AND h.ts IS NULL AND h.collected_ts IS NOT NULL
+             AND (EXISTS (SELECT 1 FROM per_file WHERE f = h.file) OR (SELECT d FROM per_engine) IS NOT NULL)""",
+        [engine])
+    return pending - store.scalar("SELECT count(*) FROM t_http_requests WHERE engine = ? AND ts IS NULL "
+                                  "AND collected_ts IS NOT NULL", [engine])

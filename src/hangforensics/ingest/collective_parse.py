@@ -16,10 +16,13 @@ from typing import Any
 from ..parsers import flight_recorder as fr
 from ..parsers import nccl_ras
 from ..parsers.collective_rows import CollectiveRow, ts_from_ns
+from ..parsers.linemap import LineMap
 from ..parsers.safe_pickle import MAX_PICKLE_BYTES
 from ..parsers.stackrows import dump_rows
+from ..readers.envelopes import EnvelopeStack
 from ..readers.layout import EvidenceFile
-from ..readers.logfile import iter_chunks, open_binary
+from ..readers.logfile import open_binary
+from ..readers.payload import read_payload
 from .jobs import FileOutcome
 
 
@@ -84,20 +87,26 @@ def parse_flight_recorder_file(f: EvidenceFile, out: FileOutcome) -> Iterator[tu
 # -- NCCL RAS -----------------------------------------------------------------------------------------
 
 
-def parse_ras_file(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, list[dict]]]:
-    """``ncclras`` output: per-communicator counts and absent ranks as collective records, what NCCL singles
-    out about a rank as ``nccl_ras`` events, lines of no known meaning in ``unparsed``."""
-    lines: list[str] = []
-    for chunk in iter_chunks(f.abs_path, notes=out.notes):
-        lines.extend(chunk.lines)
-        out.read_bytes = chunk.end_offset
+def parse_ras_file(f: EvidenceFile, out: FileOutcome,
+                   envelope: EnvelopeStack | None = None) -> Iterator[tuple[str, list[dict]]]:
+    """``ncclras`` output (pasted or wrapped too: the envelope is stripped first): per-communicator counts
+    and absent ranks as collective records, what NCCL singles out about a rank as ``nccl_ras`` events,
+    lines of no known meaning in ``unparsed``."""
+    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, f.abs_path.stat().st_mtime)
+    out.envelope = pay.stack_name
+    lines = pay.lines
     rep = nccl_ras.parse_nccl_ras(lines, 1)
     # the job's size says whether a communicator's ranks are global ones (a communicator of every GPU)
     where = {"nccl_version": rep.nccl_version, "job_gpus": rep.jobs[0].gpus if len(rep.jobs) == 1 else None}
     records = [record_row(f.engine, f.rel_path, r, **where) for r in rep.rows]
     events = [_odd_rank_event(f, o, lines, rep) for o in rep.odd_ranks]
-    unparsed = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": lines[i]} for i in rep.unmatched]
-    out.lines, out.unparsed = len(lines), len(unparsed)
+    unparsed = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in rep.unmatched])
+    if not pay.plain:                            # payload lines -> the file's physical lines
+        assert pay.line is not None
+        remap = LineMap(1, pay.line, pay.collected_ts)
+        remap.dicts(records)
+        remap.dicts(events, ("line", "line_end"))
+    out.lines, out.unparsed = pay.physical, len(unparsed)
     if rep.healthy:
         out.notes.extra.append("NCCL RAS: every communicator OK, nothing under Errors or Warnings")
     yield "collective_records", records

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..readers.envelopes import EnvelopeStack
 from ..readers.logfile import ReadNotes
 
 
@@ -38,6 +39,7 @@ class FileJob:
     mtime: float = 0.0
     end_offset: int | None = None       # read up to here: the size planned (a file may grow meanwhile)
     hold_partial: bool = False          # a live log's unfinished last line waits for the next ingest
+    envelope: EnvelopeStack | None = None   # the file's envelope, as planning sniffed it (None: sniff again)
 
 
 @dataclass
@@ -48,6 +50,7 @@ class FileOutcome:
     status: str = "ok"
     release: str | None = None
     notes: ReadNotes = field(default_factory=ReadNotes)
+    envelope: str | None = None         # sources.envelope: the envelope stack's name ('none' when plain)
 
 
 CHECKPOINT = "__checkpoint__"

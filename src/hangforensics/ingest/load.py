@@ -86,7 +86,8 @@ def _finish_source(store: Store, p: Plan, outcome: FileOutcome, status: str | No
     _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, lines, unparsed,
                    max(outcome.read_bytes, prev["read_bytes"] or 0) if prev else outcome.read_bytes,
                    status=status or outcome.status, source_id=sid,
-                   release_hint=outcome.release or (prev or {}).get("release_hint"), note="; ".join(notes) or None)
+                   release_hint=outcome.release or (prev or {}).get("release_hint"), note="; ".join(notes) or None,
+                   envelope=outcome.envelope or (prev or {}).get("envelope") or _envelope_name(p))
 
 
 def record_plan_only(store: Store, p: Plan) -> None:
@@ -99,8 +100,13 @@ def record_plan_only(store: Store, p: Plan) -> None:
                 forget_source(store, p.prev)
             status = f"duplicate of {p.duplicate_of}" if p.action == "duplicate" else "error: cannot read"
             _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, 0, 0, 0, status=status,
-                           note=_unreadable_reason(p.file.abs_path) if p.action == "unreadable" else None)
+                           note=_unreadable_reason(p.file.abs_path) if p.action == "unreadable" else None,
+                           envelope=_envelope_name(p))
         bump_engine(store, p.file.engine)
+
+
+def _envelope_name(p: Plan) -> str | None:
+    return p.envelope.name if p.envelope is not None else None
 
 
 def _unreadable_reason(path: Path) -> str:
@@ -162,7 +168,7 @@ def forget_source(store: Store, row: dict) -> None:
 
 def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, compressed: bool, lines: int,
                    unparsed: int, read_bytes: int, status: str = "ok", release_hint: str | None = None,
-                   source_id: int | None = None, note: str | None = None) -> None:
+                   source_id: int | None = None, note: str | None = None, envelope: str | None = None) -> None:
     if source_id is None:
         source_id = store.scalar("SELECT COALESCE(MAX(source_id), 0) + 1 FROM sources")
     store.append("sources", [{
@@ -171,4 +177,5 @@ def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, com
         "unparsed_lines": unparsed, "read_bytes": read_bytes, "head_hash": hhash, "mtime": st.st_mtime,
         "compressed": compressed, "rotation": f.rotation, "node": f.node, "clock_offset_s": 0.0,
         "release_hint": release_hint, "status": status, "ingested_at": datetime.now(), "note": note,
+        "envelope": envelope,
     }])

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..readers.logfile import RECORD_START
+from ..readers.payload import STATEFUL_PASTE, PayloadReader
 from ..store import Store
 from ..terminal_progress import ProgressBar
 from .jobs import CHECKPOINT, FileJob, FileOutcome, with_result
@@ -33,7 +33,10 @@ SPLIT_MIN_BYTES = 128 * 1024 * 1024
 
 
 def splittable(p: Plan) -> bool:
-    return p.kind == "server_log" and not p.compressed and p.st.st_size - p.job().start_offset >= SPLIT_MIN_BYTES
+    # a paste's state (an open fence, a wrapped line) does not survive a cut: such files are read whole
+    pasted = p.envelope is not None and bool(STATEFUL_PASTE & set(p.envelope.layers))
+    return p.kind == "server_log" and not p.compressed and not pasted \
+        and p.st.st_size - p.job().start_offset >= SPLIT_MIN_BYTES
 
 
 def split_job(job: FileJob, parts: int) -> list[FileJob]:
@@ -41,12 +44,14 @@ def split_job(job: FileJob, parts: int) -> list[FileJob]:
     each range starts at (counting newlines is a memchr pass, far cheaper than parsing)."""
     size = job.end_offset if job.end_offset is not None else job.abs_path.stat().st_size
     step = max((size - job.start_offset) // parts, 1)
+    record_start = PayloadReader(job.envelope).record_start() if job.envelope is not None \
+        else PayloadReader.for_file(job.abs_path, None).record_start()
     bounds = [job.start_offset]
     with job.abs_path.open("rb") as f:
         for k in range(1, parts):
             f.seek(job.start_offset + k * step)
             window = f.read(4 * 1024 * 1024)
-            m = RECORD_START.search(window)
+            m = record_start.search(window)
             if m is None:
                 continue
             cut = job.start_offset + k * step + m.start() + 1
@@ -56,7 +61,7 @@ def split_job(job: FileJob, parts: int) -> list[FileJob]:
         jobs, line = [], job.start_line
         for a, b in zip(bounds, bounds[1:], strict=False):
             jobs.append(FileJob(job.engine, job.abs_path, job.rel_path, job.kind, a, line, job.mtime, b,
-                                hold_partial=job.hold_partial and b == size))
+                                hold_partial=job.hold_partial and b == size, envelope=job.envelope))
             f.seek(a)
             remaining = b - a
             while remaining > 0:
@@ -159,7 +164,8 @@ def _read_ranges(futures: list) -> Iterator[tuple[str, Any]]:
         last = result[0] or outcome
         notes = done.notes
         notes.merge(last.notes)
-        done = FileOutcome(done.lines + last.lines, done.unparsed + last.unparsed, last.read_bytes, notes=notes)
+        done = FileOutcome(done.lines + last.lines, done.unparsed + last.unparsed, last.read_bytes, notes=notes,
+                           envelope=last.envelope)
         release = newest_release(release, last.release)
     done.release = release
     return done

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..parsers import faulthandler, gdb, gpu, native_trace, process_snapshot, pyspy
 from ..parsers.capture_errors import capture_error_reason
+from ..parsers.linemap import LineMap
 from ..parsers.stackrows import dump_rows, rank_from_place
+from ..readers.envelopes import EnvelopeStack
 from ..readers.kinds import CAPTURE_KINDS, STACK_KINDS
 from ..readers.layout import EvidenceFile
-from ..readers.logfile import detect_compose, head_text, iter_chunks
+from ..readers.logfile import iter_chunks
+from ..readers.payload import Payload, PayloadReader, hold_point, read_payload
 from ..store import LOADED_TABLES
 from . import collective_parse
 from .jobs import CHECKPOINT, FileJob, FileOutcome
@@ -25,28 +28,30 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
     f = EvidenceFile(job.engine, Path(job.abs_path), job.rel_path, 0, "")
     out = FileOutcome()
     if job.kind == "server_log":
-        for parsed in _parse_log(f, job.start_offset, job.start_line, out, job.end_offset, job.hold_partial):
+        for parsed, resumable in _parse_log(f, job, out):
             for table in LOADED_TABLES:
                 rows = parsed.tables.get(table)
                 if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
                     yield table, rows
-            yield CHECKPOINT, FileOutcome(out.lines, out.unparsed, out.read_bytes)    # whole records so far
+            if resumable:                     # whole records so far, nothing held back by the envelope
+                yield CHECKPOINT, FileOutcome(out.lines, out.unparsed, out.read_bytes)
     elif job.kind in STACK_KINDS:
-        yield from _parse_stacks(f, job.kind, job.mtime, out)
+        yield from _parse_stacks(f, job.kind, job.mtime, out, job.envelope)
     elif job.kind == "capture_error":
-        yield from _parse_capture_error(f, out)
+        yield from _parse_capture_error(f, out, job.envelope)
     elif job.kind == "gpu_samples":
-        yield from _parse_gpu(f, out)
+        yield from _parse_gpu(f, out, job.envelope)
     elif job.kind in CAPTURE_KINDS:
         from .bundles import parse_bundle_json
         yield from parse_bundle_json(f.engine, f.abs_path, f.rel_path, job.kind, out)
     elif job.kind == "flight_recorder":
         yield from collective_parse.parse_flight_recorder_file(f, out)
     elif job.kind == "nccl_ras":
-        yield from collective_parse.parse_ras_file(f, out)
+        yield from collective_parse.parse_ras_file(f, out, job.envelope)
     elif job.kind == "process_snapshot":
-        yield from _parse_process_snapshot(f, out)
+        yield from _parse_process_snapshot(f, out, job.envelope)
     elif job.kind == "unknown":
+        out.envelope = job.envelope.name if job.envelope is not None else None
         yield from _parse_unknown(f, out)
         out.notes.extra.append(f"no known evidence format (not an SGLang/vLLM/torch log, stack dump or "
                                f"nvidia-smi CSV): its {out.lines} line(s) are kept in unparsed")
@@ -57,30 +62,66 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
     return out
 
 
-def _parse_log(f: EvidenceFile, start_offset: int, start_line: int, out: FileOutcome,
-               end_offset: int | None = None, hold_partial: bool = False) -> Iterator[Any]:
-    """Parse a server log chunk by chunk; chunks end at record starts, so each one is whole records and
-    ``out`` (read_bytes, lines) is a resume point after every yield."""
-    head = head_text(f.abs_path).splitlines()
-    from ..parsers.sglang_log import FileContext, newest_release, parse_chunk
+def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tuple[Any, bool]]:
+    """Parse a server log chunk by chunk behind its envelope (``readers.payload``): chunks end at record starts
+    behind it, so each one is whole records; yields (parsed, resumable): ``out`` (read_bytes, lines) is a
+    resume point after a resumable one.  At the end of a live file, lines the envelope holds back (a CRI
+    ``P`` run without its ``F``) are left for the next read, which resumes where they begin."""
+    from ..parsers.sglang_log import FileContext
 
-    ctx = FileContext(engine=f.engine, path=f.rel_path,
-                      default_year=datetime.fromtimestamp(f.abs_path.stat().st_mtime).year,
-                      reference=datetime.fromtimestamp(f.abs_path.stat().st_mtime),
-                      compose=detect_compose(head))
-    out.read_bytes = start_offset
-    for chunk in iter_chunks(f.abs_path, start_offset, start_line, records=True, end_offset=end_offset,
-                             notes=out.notes, hold_partial=hold_partial):
-        parsed = parse_chunk(chunk.lines, chunk.first_line, ctx)
-        out.release = newest_release(out.release, parsed.release)
-        out.lines += parsed.lines
-        out.unparsed += parsed.unparsed
+    mtime = f.abs_path.stat().st_mtime
+    reader = PayloadReader.for_file(f.abs_path, mtime, job.envelope, resumed=job.start_offset > 0)
+    out.envelope = reader.stack.name
+    ctx = FileContext(engine=f.engine, path=f.rel_path, default_year=datetime.fromtimestamp(mtime).year,
+                      reference=datetime.fromtimestamp(mtime))
+    out.read_bytes = job.start_offset
+    starts: list[tuple[int, int]] = []       # (first line, byte offset) of each chunk
+    next_line = job.start_line
+    for chunk in iter_chunks(f.abs_path, job.start_offset, job.start_line, records=True, end_offset=job.end_offset,
+                             notes=out.notes, hold_partial=job.hold_partial, record_start=reader.record_start()):
+        starts.append((chunk.first_line, max(out.read_bytes, out.notes.leading_nul_bytes)))
+        parsed = _parse_payload(reader.feed(chunk.lines, chunk.first_line), ctx, out)
         out.read_bytes = chunk.end_offset
-        out.notes.interleaved += parsed.interleaved
-        if parsed.backwards:
-            out.notes.backwards += parsed.backwards
-            out.notes.largest_back = max(out.notes.largest_back, parsed.largest_back)
-        yield parsed
+        next_line = chunk.first_line + len(chunk.lines)
+        yield parsed, reader.carried_from() is None
+    held = hold_point(f.abs_path, reader, starts) if job.hold_partial and reader.can_hold() else None
+    if held is not None:
+        out.read_bytes = held
+        out.notes.extra.append(f"last line unfinished behind the {reader.stack.name} envelope (a split record "
+                               f"without its end): lines from {reader.carried_from()} on are left for the next ingest")
+    elif reader.carried_from() is not None:
+        yield _parse_payload(reader.feed([], next_line, final=True), ctx, out), True
+
+
+def _parse_payload(pay: Payload, ctx: Any, out: FileOutcome) -> Any:
+    """Parse one payload batch of a log; its counts (physical lines) and notes go to ``out``."""
+    from ..parsers.sglang_log import Parsed, newest_release, parse_chunk
+
+    if pay.plain:
+        parsed = parse_chunk(pay.lines, pay.first_line, ctx)
+    else:
+        parsed = parse_chunk(pay.lines, pay.first_line, ctx, pay.line, pay.collected_ts) if pay.lines else Parsed()
+        un = parsed.tables.get("unparsed")
+        firsts = un.get_column("line").to_list() if un is not None else []
+        parsed.tables["unparsed"] = _unparsed_frame(pay.unparsed_rows(ctx.engine, ctx.path, firsts))
+        parsed.lines, parsed.unparsed = pay.physical, parsed.tables["unparsed"].height
+    out.release = newest_release(out.release, parsed.release)
+    out.lines += parsed.lines
+    out.unparsed += parsed.unparsed
+    notes = out.notes
+    notes.interleaved += parsed.interleaved
+    notes.dated_by_previous += parsed.dated_by_previous
+    notes.dated_by_envelope += parsed.dated_by_envelope
+    if parsed.backwards:
+        notes.backwards += parsed.backwards
+        notes.largest_back = max(notes.largest_back, parsed.largest_back)
+    return parsed
+
+
+def _unparsed_frame(rows: list[dict]) -> Any:
+    import polars as pl
+
+    return pl.DataFrame(rows, schema={"engine": pl.String, "path": pl.String, "line": pl.Int64, "text": pl.String})
 
 
 # Parser of each stack-dump kind (see evidence.detect_kind); each returns a pyspy.Dump.
@@ -93,18 +134,12 @@ STACK_PARSERS: dict[str, Callable[[list[str], int], pyspy.Dump]] = {
 }
 
 
-def _read_lines(f: EvidenceFile, out: FileOutcome) -> list[str]:
-    lines: list[str] = []
-    for chunk in iter_chunks(f.abs_path, notes=out.notes):
-        lines.extend(chunk.lines)
-        out.read_bytes = chunk.end_offset
-    return lines
-
-
-def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome) -> Iterator[tuple[str, list[dict]]]:
+def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome,
+                  envelope: EnvelopeStack | None = None) -> Iterator[tuple[str, list[dict]]]:
     """A standalone stack dump: threads and frames; every line it does not consume is kept in ``unparsed``."""
-    text_lines = _read_lines(f, out)
-    dump = STACK_PARSERS[kind](text_lines, 1)
+    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, mtime)
+    out.envelope = pay.stack_name
+    dump = STACK_PARSERS[kind](pay.lines, 1)
     # captures carry no time of their own: a bundle's manifest says when each was taken, else the file's mtime
     from .bundles import dump_time
     ts = dump_time(f.abs_path, f.rel_path)
@@ -118,10 +153,12 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome) ->
     place_rank = (rank_from_place(f.rel_path, f.engine) or "") if one_process else ""
     dump_rows(dump, f"{f.engine}:{f.rel_path}", f.engine, f.rel_path, ts, place_rank, "standalone", stacks, frames,
               ts_basis=ts_basis)
+    if not pay.plain:                            # payload lines -> the file's physical lines
+        assert pay.line is not None
+        LineMap(1, pay.line, pay.collected_ts).dicts(stacks, ("line", "line_end"), collected=True)
     # Accounting by construction: a line is parsed only if the parser consumed it.
-    un = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": text_lines[i]}
-          for i in range(len(text_lines)) if i not in dump.consumed]
-    out.lines, out.unparsed = len(text_lines), len(un)
+    un = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in range(len(pay.lines)) if i not in dump.consumed])
+    out.lines, out.unparsed = pay.physical, len(un)
     if un:
         out.notes.extra.append(f"{len(un)} line(s) outside the dump grammar (cut off or interleaved output?) "
                                f"kept in unparsed")
@@ -135,38 +172,65 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome) ->
     yield "unparsed", un
 
 
-def _parse_capture_error(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, list[dict]]]:
+def _parse_capture_error(f: EvidenceFile, out: FileOutcome,
+                         envelope: EnvelopeStack | None = None) -> Iterator[tuple[str, list[dict]]]:
     """A failed capture: its text is kept verbatim (in ``unparsed``: it holds no stack), the reason in status."""
-    text_lines = _read_lines(f, out)
-    out.lines = out.unparsed = len(text_lines)
-    out.status = capture_error_reason(text_lines)
-    yield "unparsed", [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": s}
-                       for i, s in enumerate(text_lines)]
+    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, None)
+    out.envelope = pay.stack_name
+    un = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in range(len(pay.lines))])
+    out.lines, out.unparsed = pay.physical, len(un)
+    out.status = capture_error_reason(pay.lines)
+    yield "unparsed", un
 
 
-def _parse_gpu(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, Any]]:
+def _parse_gpu(f: EvidenceFile, out: FileOutcome, envelope: EnvelopeStack | None = None) -> Iterator[tuple[str, Any]]:
+    reader = PayloadReader.for_file(f.abs_path, f.abs_path.stat().st_mtime, envelope)
+    out.envelope = reader.stack.name
     header: str | None = None
+    next_line = 1
     for chunk in iter_chunks(f.abs_path, notes=out.notes):
-        lines, first = chunk.lines, chunk.first_line
-        if header is None and lines:
-            header = lines[0] if gpu.HEADER_RE.match(lines[0]) else ""
-        elif header:
-            lines, first = [header, *lines], first - 1     # later chunks: the same columns
-        samples, unparsed = gpu.parse_samples(lines, first, f.engine, f.rel_path)
-        out.lines += len(chunk.lines)
-        out.unparsed += unparsed.height
         out.read_bytes = chunk.end_offset
-        yield "gpu_samples", samples
-        yield "unparsed", unparsed
+        next_line = chunk.first_line + len(chunk.lines)
+        header = yield from _gpu_batch(f, reader.feed(chunk.lines, chunk.first_line), header, out)
+    yield from _gpu_batch(f, reader.feed([], next_line, final=True), header, out)
 
 
-def _parse_process_snapshot(f: EvidenceFile, out: FileOutcome) -> Iterator[tuple[str, list[dict]]]:
+def _gpu_batch(f: EvidenceFile, pay: Payload, header: str | None,
+               out: FileOutcome) -> Generator[tuple[str, Any], None, str | None]:
+    """Samples of one payload batch; returns the CSV header (later batches have the same columns)."""
+    lines, first = pay.lines, pay.first_line
+    if not lines and not pay.dropped:
+        return header
+    lm = None if pay.line is None else LineMap(first, pay.line)
+    if header is None and lines:
+        header = lines[0] if gpu.HEADER_RE.match(lines[0]) else ""
+    elif header and lines:
+        lines, first = [header, *lines], first - 1
+        lm = lm and LineMap(first, [0, *lm.lines])
+    samples, unparsed = gpu.parse_samples(lines, first, f.engine, f.rel_path)
+    if lm is not None:                        # payload lines -> the file's physical lines
+        samples = lm.frame(samples)
+        firsts = lm.frame(unparsed).get_column("line").to_list()
+        unparsed = _unparsed_frame(pay.unparsed_rows(f.engine, f.rel_path, firsts))
+    out.lines += pay.physical
+    out.unparsed += unparsed.height
+    yield "gpu_samples", samples
+    yield "unparsed", unparsed
+    return header
+
+
+def _parse_process_snapshot(f: EvidenceFile, out: FileOutcome,
+                            envelope: EnvelopeStack | None = None) -> Iterator[tuple[str, list[dict]]]:
     """A top / ps snapshot: one process_samples row per process or thread row; times kept as printed."""
-    text_lines = _read_lines(f, out)
-    snap = process_snapshot.parse_snapshot(text_lines, 1)
+    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, f.abs_path.stat().st_mtime)
+    out.envelope = pay.stack_name
+    snap = process_snapshot.parse_snapshot(pay.lines, 1)
     rows = [{"engine": f.engine, "path": f.rel_path, **r} for r in snap.rows]
-    un = [{"engine": f.engine, "path": f.rel_path, "line": i + 1, "text": text_lines[i]} for i in snap.unmatched]
-    out.lines, out.unparsed = len(text_lines), len(un)
+    if not pay.plain:                            # payload lines -> the file's physical lines
+        assert pay.line is not None
+        LineMap(1, pay.line, pay.collected_ts).dicts(rows)
+    un = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in snap.unmatched])
+    out.lines, out.unparsed = pay.physical, len(un)
     if any(r["clock"] == "time_of_day" for r in rows):
         out.notes.extra.append("process snapshot dated by a time of day only (top's header): not aligned "
                                "with the logs, its day and zone are unknown")

@@ -13,7 +13,7 @@ from ..parsers.stackrows import ranks_from_pids
 from ..readers.layout import EvidenceFile, Workspace
 from ..store import Store
 from ..terminal_progress import ProgressBar
-from .clock import align_engine_clocks
+from .clock import align_engine_clocks, align_envelope_times
 from .collective_clock import align_flight_recorder
 from .fragments import join_parts, rank_snapshots
 from .jobs import IngestResult
@@ -88,6 +88,7 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
         ranks_from_pids(store, engine)
         rank_snapshots(store, engine)
         align_engine_clocks(store, engine)
+        align_envelope_times(store, engine)
         align_flight_recorder(store, engine)          # after the logs: it aligns to their clock
     res.changed_engines = sorted(changed)
     prog.finish(f"{res.files_read} files read, {res.files_skipped} unchanged, {res.lines} lines")

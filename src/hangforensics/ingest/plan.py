@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..readers.kinds import detect_kind
+from ..readers.envelopes import EnvelopeStack
+from ..readers.kinds import sniff_kind
 from ..readers.layout import EvidenceFile
 from ..readers.logfile import HEAD_BYTES, head_hash, is_gzip
 from ..store import Store
@@ -31,6 +32,7 @@ class Plan:
     prev: dict | None = None     # the manifest row this file continues or replaces
     duplicate_of: str | None = None
     hold_live_tail: bool = True  # False: take a last line without newline as final (one-shot report)
+    envelope: EnvelopeStack | None = None   # the envelope sniffed from the file's head (None: not sniffed)
 
     def job(self) -> FileJob:
         resume = self.action in ("resume", "rename") and self.prev is not None
@@ -39,7 +41,7 @@ class Plan:
                        (self.prev["read_bytes"] or 0) if resume else 0,
                        ((self.prev["lines"] or 0) + 1) if resume else 1, self.st.st_mtime,
                        end_offset=self.st.st_size if live else None,
-                       hold_partial=live and self.hold_live_tail and is_live(self.st))
+                       hold_partial=live and self.hold_live_tail and is_live(self.st), envelope=self.envelope)
 
 
 # A log written to in the last LIVE_SECONDS may be mid-line: its unfinished last line is left for the
@@ -82,9 +84,11 @@ class _Probe:
     kind: str
     hhash: str
     compressed: bool
+    envelope: EnvelopeStack | None = None
 
     def plan(self, action: str, prev: dict | None, duplicate_of: str | None = None) -> Plan:
-        return Plan(self.file, action, self.kind, self.st, self.hhash, self.compressed, prev, duplicate_of)
+        return Plan(self.file, action, self.kind, self.st, self.hhash, self.compressed, prev, duplicate_of,
+                    envelope=self.envelope)
 
 
 class _Planner:
@@ -183,13 +187,13 @@ def _snapshot(pr: _Probe) -> bool:
 
 
 def _probe(f: EvidenceFile, st: os.stat_result) -> _Probe:
-    kind = detect_kind(f.abs_path)
+    kind, stack = sniff_kind(f.abs_path)
     try:
         hhash = head_hash(f.abs_path) if kind != "unreadable" else ""
         compressed = kind != "unreadable" and is_gzip(f.abs_path)
     except (InputError, OSError, EOFError):
         kind, hhash, compressed = "unreadable", "", False
-    return _Probe(f, st, kind, hhash, compressed)
+    return _Probe(f, st, kind, hhash, compressed, stack)
 
 
 def _unchanged(prev: dict, st: os.stat_result) -> bool:

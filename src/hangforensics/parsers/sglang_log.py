@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from ..readers.logfile import COMPOSE_RE
+from .linemap import LineMap
 from .sglang_patterns import (
     ACCESS,
     ACCESS_HEAD,
@@ -46,12 +46,13 @@ class FileContext:
     engine: str
     path: str                      # as reported in evidence (relative)
     default_year: int              # for glog / vLLM timestamps that carry no year (when no reference)
-    compose: bool = False
     last_ts: datetime | None = None  # carried across chunks
     # when the file has no dated line of its own: its modification time (year-less lines take the year
-    # that puts them at or before it: a December glog line in a file saved in January is last year's)
+    # that puts them at or before it: a December glog line in a file saved in January is last year's).
+    # A line's envelope time (collected_ts), when it has one, is the better reference (the nearest year).
     reference: datetime | None = None
     prev_ts: datetime | None = None  # timestamp of the previous chunk's last dated record, in file order
+    record_ts: datetime | None = None  # time of the last dated record of earlier chunks (any format), in file order
 
 
 @dataclass
@@ -65,6 +66,8 @@ class Parsed:
     interleaved: int = 0           # lines cut into by another record (the inner record is parsed)
     backwards: int = 0             # records dated more than BACKWARDS_S before the record above them
     largest_back: tuple[float, int] = (0.0, 0)   # (seconds, line) of the largest such step
+    dated_by_previous: int = 0     # access lines without a time of their own, dated by the record before them
+    dated_by_envelope: int = 0     # access lines without a time of their own, left to their envelope's time
 
 
 
@@ -107,17 +110,14 @@ def _kind_chain(col: pl.Expr, table: list[tuple[str, str]], default: str | None)
     return expr.otherwise(pl.lit(default, dtype=pl.String))
 
 
-def classify(texts: list[str], compose: bool) -> pl.DataFrame:
-    """One row per line: envelope fields (ts, ranks, msg), record kind, record id and role.
+def classify(texts: list[str]) -> pl.DataFrame:
+    """One row per line: line prefix fields (ts, ranks, msg), record kind, record id and role.
 
     Batch and access lines, the bulk of a log, are recognised by cheap anchored
     tests; the long list of message kinds runs only on the few other records.
     """
     df = pl.DataFrame({"text": pl.Series(texts, dtype=pl.String)}).with_row_index("i")
-    src = pl.col("text")
-    if compose:
-        src = src.str.replace(COMPOSE_RE.pattern, "")
-    df = df.with_columns(src.alias("body"))
+    df = df.with_columns(pl.col("text").alias("body"))
     inner = pl.col("body").str.extract(INTERLEAVED, 1)
     df = df.with_columns(inner.is_not_null().alias("interleaved"), pl.coalesce(inner, pl.col("body")).alias("body"))
     head = pl.col("body").str.extract_groups(PREFIX_HEAD)
@@ -162,22 +162,31 @@ def classify(texts: list[str], compose: bool) -> pl.DataFrame:
 
 
 
-def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
-    """Parse a chunk of complete records; line numbers start at ``first_line``."""
-    df = classify(lines, ctx.compose)
+def parse_chunk(lines: list[str], first_line: int, ctx: FileContext, line_numbers: list[int] | None = None,
+                collected_ts: list[datetime | None] | None = None) -> Parsed:
+    """Parse a chunk of complete records; line numbers start at ``first_line``.
+
+    The payload of an envelope gives ``line_numbers``, the physical line of each line (not consecutive
+    where the envelope joined split records or dropped lines), and ``collected_ts``, the envelope's time
+    of each line: rows are numbered by the first and carry the second.
+    """
+    df = classify(lines)
     df = df.with_columns((pl.col("i").cast(pl.Int64) + first_line).alias("line"))
+    if collected_ts is not None:
+        df = df.with_columns(pl.Series("collected_ts", collected_ts, dtype=pl.Datetime("us")))
     out = Parsed(lines=len(lines), interleaved=int(df.get_column("interleaved").sum()))
     starts = _record_starts(df, ctx)
     batches = _batch_rows(starts, ctx)
     if batches is not None:
         out.tables["batches"] = batches
-    access = _access_rows(starts, ctx)
-    if access is not None:
-        out.tables["http_requests"] = access
     events, others = _event_rows(starts, ctx)
     rows = _detailed_rows(others, lines, ctx)
     lead = _leading_dump(df, starts, first_line, rows)
-    out.tables["events"] = _apply_record_rows(events, rows)
+    events = _apply_record_rows(events, rows)
+    out.tables["events"] = events
+    access = _access_rows(starts, ctx)
+    if access is not None:
+        out.tables["http_requests"] = _date_bare_access(access, batches, events, ctx, out)
     out.tables["leak_reports"] = rows.leaks
     out.tables["stacks"] = rows.stacks
     out.tables["frames"] = rows.frames
@@ -199,6 +208,8 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext) -> Parsed:
     if last.len():
         ctx.last_ts = last.max()  # type: ignore[assignment]
         _count_backwards(starts.select("line", "ts_dt").drop_nulls(), ctx, out)
+    if line_numbers is not None:
+        _renumber(out, LineMap(first_line, line_numbers, collected_ts), ctx)
     return out
 
 
@@ -213,17 +224,38 @@ def _leading_dump(df: pl.DataFrame, starts: pl.DataFrame, first_line: int, rows:
                                dated[0] if dated.len() else None, rows))
 
 
+def _renumber(out: Parsed, lm: LineMap, ctx: FileContext) -> None:
+    """Rows numbered by payload line -> physical lines, each with its line's envelope time."""
+    t = out.tables
+    for name in ("batches", "http_requests", "events"):
+        if isinstance(t.get(name), pl.DataFrame):
+            t[name] = lm.frame(t[name], ("line", "line_end"), collected=True)   # type: ignore[arg-type]
+    t["unparsed"] = lm.frame(t["unparsed"])     # type: ignore[arg-type]
+    prefix = f"{ctx.engine}:{ctx.path}:"
+    lm.dicts(t["stacks"], ("line", "line_end"), collected=True, id_prefix=prefix)  # type: ignore[arg-type]
+    lm.dicts(t["frames"], (), id_prefix=prefix)                 # type: ignore[arg-type]
+    lm.dicts(t["leak_reports"])                                 # type: ignore[arg-type]
+    lm.dicts(t.get("collective_records") or [])                 # type: ignore[arg-type]
+    if out.largest_back[1]:
+        out.largest_back = (out.largest_back[0], lm.line(out.largest_back[1]) or 0)
+
+
 def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
     """One row per record: its first line, its last line (continuations) and the dated lines around it
-    (glog and vLLM print no year: they take it from the nearest SGLang timestamp)."""
+    (glog and vLLM print no year: they take it from the nearest SGLang timestamp, else from the line's
+    envelope time, else from the file's modification time)."""
     ext = (df.filter(pl.col("role") != "unparsed")
-           .group_by("rec").agg(pl.col("line").max().alias("line_end")))
+           .group_by("rec").agg(pl.col("line").max().alias("line_end"), pl.col("i").max().alias("i_end")))
     starts = df.filter(pl.col("start")).join(ext, on="rec", how="left").with_columns(_ts_expr("ts").alias("ts_dt"))
-    carried = ctx.last_ts or ctx.reference or datetime(ctx.default_year, 1, 1)
     dated = pl.col("ts_dt").forward_fill().backward_fill()
+    if ctx.last_ts is not None:
+        dated = dated.fill_null(pl.lit(ctx.last_ts, dtype=pl.Datetime("us")))
+    enveloped = pl.col("collected_ts") if "collected_ts" in starts.columns else pl.lit(None, dtype=pl.Datetime("us"))
+    ref = ctx.reference or datetime(ctx.default_year, 1, 1)
     return starts.with_columns(
-        dated.fill_null(carried).alias("ctx_ts"),
-        (dated.is_not_null() | pl.lit(ctx.last_ts is not None)).alias("ctx_dated"),
+        dated.fill_null(enveloped).fill_null(pl.lit(ref, dtype=pl.Datetime("us"))).alias("ctx_ts"),
+        dated.is_not_null().alias("ctx_dated"),
+        (dated.is_null() & enveloped.is_null()).alias("ctx_mtime"),
         pl.col("ts_dt").backward_fill().alias("next_ts"))
 
 
@@ -272,7 +304,39 @@ def _access_rows(starts: pl.DataFrame, ctx: FileContext) -> pl.DataFrame | None:
         pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("file"), pl.col("line"),
         pl.col("ts_dt").alias("ts"), pl.col("client"), pl.col("method"),
         pl.col("upath").alias("path"), pl.col("status").cast(pl.Int32, strict=False),
+        *([pl.col("collected_ts")] if "collected_ts" in a.columns else []),
     )
+
+
+def _date_bare_access(access: pl.DataFrame, batches: pl.DataFrame | None, events: pl.DataFrame, ctx: FileContext,
+                      out: Parsed) -> pl.DataFrame:
+    """Access lines printed without a time of their own (uvicorn's default format, vLLM's API server).
+
+    One with an envelope time is left for its envelope (ingest aligns it to the payload clock through the
+    file's lines that carry both); one without is dated by the dated record before it in the file, an
+    estimate (the line was printed at or after that time).  ``ctx.record_ts`` carries that record across
+    chunks."""
+    frames = [f for f in (access, batches, events) if f is not None and f.height]
+    bare = pl.col("ts").is_null()
+    if "collected_ts" in access.columns:
+        out.dated_by_envelope = access.select((bare & pl.col("collected_ts").is_not_null()).sum()).item()
+        bare = bare & pl.col("collected_ts").is_null()
+    if access.select(bare.sum()).item():
+        dated = pl.concat([f.select("line", pl.col("ts").cast(pl.Datetime("us")).alias("_prev")) for f in frames]) \
+            .drop_nulls().sort("line")
+        prev = access.select("line").join_asof(dated, on="line", strategy="backward").get_column("_prev")
+        if ctx.record_ts is not None:
+            prev = prev.fill_null(ctx.record_ts)
+        access = access.with_columns(prev)
+        out.dated_by_previous = access.select((bare & pl.col("_prev").is_not_null()).sum()).item()
+        access = access.with_columns(pl.when(bare).then(pl.col("_prev")).otherwise(pl.col("ts")).alias("ts")) \
+            .drop("_prev")
+    last = [f.filter(pl.col("ts").is_not_null()).select(pl.col("line").max(), pl.col("ts").sort_by("line").last())
+            .row(0) for f in frames]
+    last = [r for r in last if r[0] is not None]
+    if last:
+        ctx.record_ts = max(last)[1]                 # the dated record furthest down the file
+    return access
 
 
 def _event_rows(starts: pl.DataFrame, ctx: FileContext) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -291,9 +355,15 @@ def _event_rows(starts: pl.DataFrame, ctx: FileContext) -> tuple[pl.DataFrame, p
         pl.concat_str([pl.col("ctx_ts").dt.year().cast(pl.String), pl.lit("-"), pl.col("_vts")])
         .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False).alias("_vdt"),
     ).with_columns(
-        # no dated line to take the year from: the date at or before the file's reference time
-        pl.when(~pl.col("ctx_dated") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=1)))
-        .then(pl.col("_vdt").dt.offset_by("-1y")).otherwise(pl.col("_vdt")).alias("_vdt"),
+        # beside a dated line or an envelope time: the nearest year; with only the file's modification
+        # time: the date at or before it
+        pl.when(pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=1)))
+        .then(pl.col("_vdt").dt.offset_by("-1y"))
+        .when(~pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=183)))
+        .then(pl.col("_vdt").dt.offset_by("-1y"))
+        .when(~pl.col("ctx_mtime") & (pl.col("_vdt") < pl.col("ctx_ts") - pl.duration(days=183)))
+        .then(pl.col("_vdt").dt.offset_by("1y"))
+        .otherwise(pl.col("_vdt")).alias("_vdt"),
         pl.when(~is_vllm).then(pl.col("kind"))
         .otherwise(_kind_chain(pl.col("_vmsg").fill_null(""), VLLM_KINDS, "vllm")).alias("kind"),
     )
@@ -313,14 +383,13 @@ def _detailed_rows(records: pl.DataFrame, lines: list[str], ctx: FileContext) ->
     rows = RecordRows(ctx.engine, ctx.path)
     if not records.height:
         return rows
-    body_list = _BodyLines(lines, ctx.compose)
     for r in records.iter_rows(named=True):
         i0 = r["i"]
-        i1 = i0 + (r["line_end"] - r["line"]) if r["line_end"] is not None else i0
+        i1 = r["i_end"] if r["i_end"] is not None else i0
         handle(Record(kind=r["kind"], line=r["line"], body=r["body"],
-                      msg=r["msg"] if r["msg"] is not None else r["body"], cont=body_list[i0 + 1: i1 + 1],
+                      msg=r["msg"] if r["msg"] is not None else r["body"], cont=lines[i0 + 1: i1 + 1],
                       rank=(r["ranks"] or "").strip(), ts=r["ts_dt"], ctx_ts=r["ctx_ts"], next_ts=r["next_ts"],
-                      ctx_dated=r["ctx_dated"]),
+                      ctx_dated=r["ctx_dated"], ctx_mtime=r["ctx_mtime"]),
                rows)
     return rows
 
@@ -359,15 +428,3 @@ def _count_backwards(dated: pl.DataFrame, ctx: FileContext, out: Parsed) -> None
         out.backwards = steps.height
         top = steps.sort("back_ms", descending=True).row(0, named=True)
         out.largest_back = (top["back_ms"] / 1000, top["line"])
-
-
-
-class _BodyLines:
-    """Lazy view of a chunk's lines without compose prefixes (only dump/traceback records are read)."""
-
-    def __init__(self, lines: list[str], compose: bool) -> None:
-        self.lines, self.compose = lines, compose
-
-    def __getitem__(self, sl: slice) -> list[str]:
-        part = self.lines[sl]
-        return [COMPOSE_RE.sub("", x, count=1) for x in part] if self.compose else part

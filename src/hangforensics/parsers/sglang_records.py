@@ -22,14 +22,15 @@ class Record:
 
     kind: str
     line: int                      # file line of the first line
-    body: str                      # the first line without any compose prefix
+    body: str                      # the first line
     msg: str                       # the message after the SGLang prefix (else the body)
     cont: list[str]                # continuation lines
     rank: str
     ts: datetime | None
     ctx_ts: datetime               # the nearest dated line (year context for glog)
     next_ts: datetime | None       # the next dated line
-    ctx_dated: bool = True         # ctx_ts is a dated line of the file (else the file's reference time)
+    ctx_dated: bool = True         # ctx_ts is a dated line of the file (else an envelope time or the mtime)
+    ctx_mtime: bool = False        # ctx_ts is the file's modification time (its lines are at or before it)
 
 
 @dataclass
@@ -61,6 +62,8 @@ class RecordRows:
 def _torch_nccl(rec: Record, out: RecordRows) -> dict[str, Any]:
     g = torch_nccl.parse_glog(rec.body, rec.ctx_ts)
     ts = rec.ts
+    if g and rec.ctx_mtime:
+        g["ts"] = torch_nccl.at_or_before(g["ts"], rec.ctx_ts)
     if g:
         # beside dated log lines, glog may be on another clock (UTC); alone, it is the only clock
         ts = torch_nccl.align_to_log(g, rec.ctx_ts, rec.next_ts) if rec.ctx_dated else g.pop("ts")

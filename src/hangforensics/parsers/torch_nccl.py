@@ -87,6 +87,17 @@ def parse_glog(line: str, context: datetime) -> dict[str, Any] | None:
     return out
 
 
+def at_or_before(ts: datetime, reference: datetime) -> datetime:
+    """A year-less time dated by a file's modification time: the year that puts it at or before it (a
+    line from March in a file saved in December is this year's, not next year's)."""
+    if ts <= reference + timedelta(days=1):
+        return ts
+    try:
+        return ts.replace(year=ts.year - 1)
+    except ValueError:                 # Feb 29
+        return ts - timedelta(days=365)
+
+
 def align_to_log(g: dict[str, Any], before: datetime, after: datetime | None) -> datetime:
     """The glog time on the log's clock.  glog prints the process's own zone (often UTC) while SGLang
     prints local time: a glog line far outside the dated lines around it is shifted by the whole

@@ -1,5 +1,7 @@
 """A file's kind, from its content alone (its name carries no meaning): server log, stack dumps of each
-format, failed captures, GPU samples, empty, binary or unknown."""
+format, failed captures, GPU samples, empty, binary or unknown.  The kind is the *payload's*: a file's
+collector or paste envelope is stripped from its head first (a py-spy dump pasted in ``> `` quotes is a
+py-spy dump, a kubectl-wrapped log a server log)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from ..parsers.flight_recorder import looks_like_flight_recorder
 from ..parsers.gpu import looks_like_nvidia_smi
 from ..parsers.nccl_ras import looks_like_nccl_ras
 from ..parsers.process_snapshot import looks_like_process_snapshot
+from .envelopes import EnvelopeStack
 from .logfile import head_text, open_binary
+from .payload import head_lines, sniff
 
 LOG_SNIFF = re.compile(
     r"^(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:"
@@ -47,18 +51,27 @@ def detect_kind(path: Path) -> str:
     process_facts (a capture bundle's manifest.json and proc/round<k>.json); process_snapshot (top /
     ps output); empty, binary, unreadable or unknown.
     """
+    return sniff_kind(path)[0]
+
+
+def sniff_kind(path: Path) -> tuple[str, EnvelopeStack | None]:
+    """The kind of a file's payload and the envelope around it (None for files not read as text)."""
     try:
         head = head_text(path)
     except InputError:
-        return "unreadable"
+        return "unreadable", None
     if not head:
-        return "empty"
+        return "empty", None
     if _flight_recorder_head(path):           # a pickle is binary: test it before the binary test
-        return "flight_recorder"
+        return "flight_recorder", None
     if looks_binary(head):
-        return "binary"
-    head = head.replace("\x00", "")         # NUL runs in a text file (crash, copytruncate) are skipped
-    lines = [s.rstrip("\r") for s in head.splitlines()]
+        return "binary", None
+    stack, lines = sniff(head_lines(head))     # NUL runs in a text file (crash, copytruncate) are skipped
+    return payload_kind("\n".join(lines) if stack.layers else head.replace("\x00", ""), lines), stack
+
+
+def payload_kind(head: str, lines: list[str]) -> str:
+    """The kind of a head of payload text (``lines``: the same, split)."""
     first = [s for s in lines if s.strip()][:5]
     if first and (pyspy.PROCESS_RE.match(first[0]) or pyspy.THREAD_RE.match(first[0])):
         return "pyspy_dump"

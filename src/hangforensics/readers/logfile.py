@@ -1,4 +1,4 @@
-"""Reading evidence files: gzip by magic bytes, CRLF, docker-compose prefixes, bounded chunks.
+"""Reading evidence files: gzip by magic bytes, CRLF, bounded chunks (envelopes are stripped by ``payload``).
 
 Files are read in byte chunks cut at line boundaries, so memory stays bounded
 however large a log is; line numbers are physical (1-based) lines of the
@@ -22,10 +22,6 @@ CHUNK_BYTES = 4 * 1024 * 1024         # memory: about 35x the chunk at peak whil
 HEAD_BYTES = 64 * 1024
 MAX_LINE_BYTES = 64 * 1024 * 1024     # a longer line keeps its first MAX_LINE_BYTES (and says so)
 NUL_SKIP_LIMIT = 256 * 1024 * 1024    # how far past a leading run of NUL bytes the sniffer looks
-
-# docker compose logs: 'sglang-1  | [2026-...] ...'
-COMPOSE_RE = re.compile(r"^[\w.-]+(?:[-_]\d+)?\s*\| ?")
-
 
 def is_gzip(path: Path) -> bool:
     try:
@@ -165,15 +161,6 @@ def head_hash(path: Path, nbytes: int = HEAD_BYTES) -> str:
     return hashlib.sha1(data).hexdigest()
 
 
-def detect_compose(sample_lines: list[str]) -> bool:
-    """True when most non-empty lines carry a docker-compose 'service-1  | ' prefix."""
-    lines = [s for s in sample_lines if s.strip()][:200]
-    if not lines:
-        return False
-    hits = sum(1 for s in lines if COMPOSE_RE.match(s) and "|" in s[:60])
-    return hits >= 0.8 * len(lines)
-
-
 @dataclass
 class Chunk:
     first_line: int        # 1-based line number of lines[0]
@@ -197,11 +184,14 @@ class ReadNotes:
     backwards: int = 0                  # records dated well before the record above them
     interleaved: int = 0                # lines cut into by another process's record
     largest_back: tuple[float, int] = (0.0, 0)   # (seconds, line)
+    dated_by_previous: int = 0          # access lines without a time, dated by the record before them
+    dated_by_envelope: int = 0          # access lines without a time, dated by their envelope's time
     extra: list[str] = field(default_factory=list)   # notes of the file's kind (binary, empty, ...)
 
     def merge(self, other: ReadNotes) -> None:
         """Add the notes of a later byte range of the same file."""
-        for name in ("nul_bytes", "invalid_utf8_lines", "long_lines", "cut_bytes", "backwards", "interleaved"):
+        for name in ("nul_bytes", "invalid_utf8_lines", "long_lines", "cut_bytes", "backwards", "interleaved",
+                     "dated_by_previous", "dated_by_envelope"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.longest = max(self.longest, other.longest)
         self.largest_back = max(self.largest_back, other.largest_back)
@@ -233,6 +223,12 @@ class ReadNotes:
             secs, line = self.largest_back
             out.append(f"timestamps go backwards {self.backwards} time(s), by up to {secs:.0f} s (line {line}); "
                        f"lines are kept in file order")
+        if self.dated_by_envelope:
+            out.append(f"{self.dated_by_envelope} access line(s) without a time of their own: dated by their "
+                       f"envelope's time, aligned to the payload clock by the lines that carry both")
+        if self.dated_by_previous:
+            out.append(f"{self.dated_by_previous} access line(s) without a time of their own: dated by the record "
+                       f"before them (an estimate: printed at or after that time)")
         if self.held_back:
             out.append(f"last line unfinished (still being written?): its {self.held_back} bytes are left "
                        f"for the next ingest")
@@ -242,10 +238,10 @@ class ReadNotes:
 LONG_LINE_BYTES = 1024 * 1024
 
 
-# A line that starts a log record (SGLang prefix, torch glog), optionally behind a compose prefix:
-# chunks of a log end just before one, so no record is split and every chunk end is a resume point.
-RECORD_START = re.compile(rb"\n(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:\(\w+ pid=\d+[^)]*\)\s*)?"
-                          rb"\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} )")
+# A line that starts a log record (SGLang prefix, torch glog) of a plain log: chunks of a log end just
+# before one, so no record is split and every chunk end is a resume point (a log behind an envelope
+# uses its stack's pattern, payload.PayloadReader.record_start).
+RECORD_START = re.compile(rb"\n(?:\(\w+ pid=\d+[^)]*\)\s*)?\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} )")
 
 
 def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
@@ -354,3 +350,26 @@ def _decode_lines(body: bytes, line_no: int, notes: ReadNotes) -> list[str]:
                 if len(s) > notes.longest[0]:
                     notes.longest = (len(s), line_no + i)
     return lines
+
+
+def offset_of_line(path: Path, offset: int, line: int, target: int) -> int:
+    """Byte offset (decompressed) where physical line ``target`` starts, counting newlines from ``offset``,
+    where line ``line`` starts (a resume point inside what was read)."""
+    with open_binary(path) as f:
+        try:
+            if offset:
+                f.seek(offset)
+            while line < target:
+                block = f.read(1024 * 1024)
+                if not block:
+                    break
+                pos = 0
+                while line < target:
+                    nl = block.find(b"\n", pos)
+                    if nl < 0:
+                        break
+                    pos, line = nl + 1, line + 1
+                offset += pos if line == target else len(block)
+        except OSError as e:
+            raise InputError(f"cannot read {path}: {e}") from e
+    return offset

@@ -45,9 +45,9 @@ TABLES: dict[str, str] = {
         engine VARCHAR NOT NULL,        -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
         kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, flight_recorder, nccl_ras, capture_manifest, process_facts, process_snapshot, empty, binary, unreadable, unknown
         bytes BIGINT,                   -- bytes on disk (compressed size for .gz)
-        lines BIGINT,                   -- lines read so far (a Flight Recorder dump: its entries)
+        lines BIGINT,                   -- physical lines read so far (of a collector's file: its records, split ones counted per part; of a Flight Recorder dump: its entries)
         parsed_lines BIGINT,            -- lines represented by a typed row of a parsed view
-        unparsed_lines BIGINT,          -- lines kept verbatim in unparsed (lines = parsed_lines + unparsed_lines)
+        unparsed_lines BIGINT,          -- lines kept verbatim in unparsed (lines = parsed_lines + unparsed_lines): dropped by the envelope (fences, prose), or part of a payload line no parser took
         read_bytes BIGINT,              -- decompressed bytes consumed so far (resume point)
         head_hash VARCHAR,              -- hash of the first 64 KiB: identity across renames
         mtime DOUBLE,                   -- file modification time, seconds since the epoch
@@ -101,7 +101,7 @@ TABLES: dict[str, str] = {
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
         file VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
         line BIGINT,                    -- line number in that file, from 1
-        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s); an access line is written when the response starts
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s); an access line is written when the response starts; one printed without a time: its envelope time aligned to the payload clock, else the record before it (an estimate, said in sources.note)
         client VARCHAR,                 -- client address:port
         method VARCHAR,                 -- HTTP method (GET, POST, ...)
         path VARCHAR,                   -- URL path (the file is in 'file')
@@ -236,7 +236,7 @@ TABLES: dict[str, str] = {
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
         path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
         line BIGINT,                    -- line number in that file, from 1
-        text VARCHAR                    -- the line verbatim
+        text VARCHAR                    -- the line verbatim, as the file has it (envelope included)
     """,
     "findings": """
         finding_id INTEGER,             -- row id

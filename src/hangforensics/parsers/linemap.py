@@ -1,0 +1,77 @@
+"""Renumbering a parser's rows from payload lines to physical lines.
+
+Parsers number the lines they are given consecutively (``first + i``).  Behind an envelope that joined
+split records or dropped lines, payload line ``i`` is physical line ``lines[i]``: this maps every row's
+line columns (and the stack dump ids built from them) to the physical lines, and gives each row the
+envelope's time of its line (``collected_ts``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:                  # polars is imported where rows are renumbered: planning does not need it
+    import polars as pl
+
+
+class LineMap:
+    """Payload line ``first + i`` -> physical line ``lines[i]`` and collected time ``collected[i]``."""
+
+    def __init__(self, first: int, lines: list[int], collected: list[datetime | None] | None = None) -> None:
+        self.first = first
+        self.lines = lines
+        self.collected = collected
+        self._lines_s: pl.Series | None = None
+        self._ts_s: pl.Series | None = None
+
+    def line(self, v: int | None) -> int | None:
+        if v is None:
+            return None
+        i = v - self.first
+        return self.lines[i] if 0 <= i < len(self.lines) else v
+
+    def ts(self, v: int | None) -> datetime | None:
+        if v is None or self.collected is None:
+            return None
+        i = v - self.first
+        return self.collected[i] if 0 <= i < len(self.collected) else None
+
+    def frame(self, df: pl.DataFrame, cols: tuple[str, ...] = ("line",), collected: bool = False) -> pl.DataFrame:
+        """``df`` with its line columns renumbered (and ``collected_ts`` by its ``line``)."""
+        import polars as pl
+
+        if not df.height:
+            return df
+        if self._lines_s is None:
+            self._lines_s = pl.Series(self.lines, dtype=pl.Int64)
+        idx = {c: (pl.col(c) - self.first) for c in cols if c in df.columns}
+        exprs = []
+        if collected and self.collected is not None:
+            if self._ts_s is None:
+                self._ts_s = pl.Series(self.collected, dtype=pl.Datetime("us"))
+            exprs.append(pl.lit(self._ts_s).gather(idx["line"]).alias("collected_ts"))
+        exprs += [pl.lit(self._lines_s).gather(e).alias(c) for c, e in idx.items()]
+        return df.with_columns(exprs)
+
+    def dicts(self, rows: list[dict[str, Any]], cols: tuple[str, ...] = ("line",), collected: bool = False,
+              id_prefix: str | None = None) -> list[dict[str, Any]]:
+        """Rows renumbered in place; ``id_prefix``: also the ``dump_id`` values built as prefix + line."""
+        for r in rows:
+            if collected and self.collected is not None:
+                r["collected_ts"] = self.ts(r.get("line"))
+            for c in cols:
+                if c in r:
+                    r[c] = self.line(r[c])
+            if id_prefix is not None and isinstance(r.get("dump_id"), str):
+                r["dump_id"] = self.dump_id(r["dump_id"], id_prefix)
+        return rows
+
+    def dump_id(self, did: str, prefix: str) -> str:
+        """``<prefix><line>[#n]`` with the line renumbered (the id of a dump embedded at that line)."""
+        if not did.startswith(prefix):
+            return did
+        num, sep, rest = did[len(prefix):].partition("#")
+        if not num.isdigit():
+            return did
+        return f"{prefix}{self.line(int(num))}{sep}{rest}"

@@ -1,0 +1,314 @@
+"""Detecting a file's envelope stack from the first lines of its content, outermost layer first."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import date
+from itertools import pairwise
+
+from .collectors import _Cri, _Journald, _json_obj, _Kubectl, _Syslog
+from .layers import EVIDENCE, PAYLOAD_HEAD
+from .pastes import _FENCE, _LINENO, _TAG, _VTS, _Compose, _wrap_continues
+from .unwrap import NONE, EnvelopeStack, Unwrapped, Unwrapper
+
+
+# -- detection -------------------------------------------------------------------------------------
+def _nonblank(lines: list[str]) -> list[str]:
+    return [s for s in lines if s.strip()]
+
+
+MAJORITY = 0.8          # share of non-blank sample lines a collector prefix must be on
+QUOTE_MAJORITY = 0.6    # a paste's quote markers (people leave some lines unquoted)
+# Inside a paste a collector's prefix may cover one fenced block only (prose and a quoted dump beside
+# it): behind a markdown layer, a specific prefix on this share of the lines (and 3 of them) will do.
+PASTE_SHARE = 0.3
+
+
+def _share(lines: list[str], rx: re.Pattern[str], need: float = MAJORITY) -> bool:
+    """Whether the prefix ``rx`` is on at least ``need`` of the non-blank lines (and on 3 when relaxed)."""
+    ne = _nonblank(lines)
+    if not ne:
+        return False
+    hits = sum(1 for s in ne if rx.match(s))
+    return hits >= need * len(ne) and (need >= MAJORITY or hits >= 3)
+
+
+# A terminal's colour or erase sequence; other control characters on a line mean binary data, where an
+# ESC or CR byte is no terminal's (a pickle's opcodes, say).
+_TTY_SEQ = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\))")
+_OTHER_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f]")
+
+
+def _detect_ansi(lines: list[str], need: float) -> str | None:
+    hits = sum(1 for s in lines if (("\x1b" in s and _TTY_SEQ.search(s)) or "\r" in s.rstrip("\r"))
+               and not _OTHER_CONTROL.search(s))
+    return "" if hits else None
+
+
+def _detect_hard_wrap(lines: list[str], need: float) -> str | None:
+    ne = _nonblank(lines)
+    if len(ne) < 6:
+        return None
+    w = max(len(s) for s in lines)
+    if w < 60:
+        return None
+    at_w = [i for i in range(len(lines) - 1) if len(lines[i]) == w]   # the sample's last line may be cut
+    if len({lines[i] for i in at_w}) < 3:
+        return None
+    # a continuation begins unlike a line does: lines of one width each followed by a line that starts as
+    # they do ('80004:[2026-...', ' 2026-05-01 13:00:00 [...') are an envelope's records of equal length
+    cont = sum(1 for i in at_w if _wrap_continues(lines[i + 1]) and _shape(lines[i + 1]) != _shape(lines[i]))
+    return str(w) if cont >= 3 and cont >= 0.6 * len(at_w) else None
+
+
+_DIGITS = re.compile(r"\d")
+
+
+def _shape(s: str) -> str:
+    """How a line begins, digits alike: '80004:[20' and '80005:[20' have one shape."""
+    return _DIGITS.sub("9", s[:8])
+
+
+DOCKER_KEYS = {"log", "stream", "time", "attrs"}
+TIME_KEYS = ("date", "timestamp", "@timestamp", "time", "ts", "_time", "datetime")
+PAYLOAD_KEYS = ("log", "message", "msg", "MESSAGE", "text", "line", "event", "_raw")
+_HEAD_RX = re.compile(PAYLOAD_HEAD, re.ASCII)
+
+
+def _detect_json(lines: list[str], need: float) -> tuple[str, str] | None:
+    ne = _nonblank(lines)
+    if not ne:
+        return None
+    objs = [d for d in map(_json_obj, ne) if d is not None]
+    if len(objs) < MAJORITY * len(ne):
+        return None
+    n = len(objs)
+
+    def share(pred: Callable[[dict], bool]) -> float:
+        return sum(1 for d in objs if pred(d)) / n
+
+    if share(lambda d: isinstance(d.get("log"), str) and "time" in d and "stream" in d
+             and set(d) <= DOCKER_KEYS) >= MAJORITY:
+        return "docker_json", ""
+    if share(lambda d: "MESSAGE" in d and "__REALTIME_TIMESTAMP" in d) >= MAJORITY:
+        return "journald", "json"
+    keys: dict[str, int] = {}
+    for d in objs:
+        for k, v in d.items():
+            if isinstance(v, str) and k not in TIME_KEYS and k != "stream":
+                keys[k] = keys.get(k, 0) + 1
+    cands = [k for k, c in keys.items() if c >= MAJORITY * n]
+    if not cands:
+        return None
+
+    def score(k: str) -> tuple[float, bool, float]:
+        vals = [d[k] for d in objs if isinstance(d.get(k), str)]
+        heads = sum(1 for v in vals if _HEAD_RX.match(v) or EVIDENCE.match(v)) / len(vals)
+        return heads, k in PAYLOAD_KEYS, sum(map(len, vals)) / len(vals)
+
+    key = max(cands, key=score)
+    tkey = next((k for k in TIME_KEYS if share(lambda d, k=k: k in d) >= MAJORITY), "")
+    return ("fluentbit" if key == "log" else "vector"), key + "\t" + tkey
+
+
+def _detect_cri(lines: list[str], need: float) -> str | None:
+    return "" if _share(lines, _Cri.rx, need) else None
+
+
+def _detect_journald(lines: list[str], need: float) -> str | None:
+    if _share(lines, _Journald.iso, need):
+        return "short-iso"
+    if _share(lines, _Journald.short, need):
+        return "short"
+    return None
+
+
+def _detect_syslog(lines: list[str], need: float) -> str | None:
+    if _share(lines, _Syslog.r5424, need):
+        return "5424"
+    if _share(lines, _Syslog.r3164, need):
+        return "3164"
+    return None
+
+
+def _detect_kubectl(lines: list[str], need: float) -> str | None:
+    return "" if _share(lines, _Kubectl.rx, need) else None
+
+
+def _detect_compose(lines: list[str], need: float) -> str | None:
+    if need < MAJORITY:      # in a paste: one service's prefix on evidence, not '404 | not found' lines
+        ms = [m for m in map(_Compose.rx.match, _nonblank(lines)) if m]
+        names = {m.group(0).split("|")[0].strip() for m in ms}
+        rests = [m.string[m.end():] for m in ms]
+        if len(names) > 4 or sum(1 for r in rests if not r.strip() or EVIDENCE.match(r)) < 0.8 * len(ms):
+            return None
+    return "" if _share(lines, _Compose.rx, need) else None
+
+
+def _detect_markdown(lines: list[str], need: float) -> str | None:
+    ne = _nonblank(lines)
+    if not ne:
+        return None
+    quoted = sum(1 for s in ne if s.startswith(">")) / len(ne)
+    flags = []
+    if quoted >= QUOTE_MAJORITY:
+        flags.append("quote")
+    fences = early = 0
+    seen = 0
+    inside = False
+    outside: list[str] = []
+    for s in lines:
+        quoted = s.startswith(">")
+        if quoted:
+            s = s[2:] if s[1:2] == " " else s[1:]
+        if not s.strip():
+            continue
+        seen += 1
+        f = _FENCE.match(s)
+        if f is not None and (f.group(1)[0] == "~" or "`" not in f.group(2)):
+            fences += 1
+            early += seen <= 20
+            inside = not inside
+        elif _TAG.match(s):
+            fences += 1
+            early += seen <= 20
+        elif not inside and not quoted:
+            outside.append(s)
+    # a paste frames evidence in fences (or quotes) between prose; a log with a stray fence (a logged
+    # prompt) has records outside it, and they must not be taken for prose
+    framed = not outside or sum(1 for s in outside if EVIDENCE.match(s)) < 0.5 * len(outside)
+    if (fences >= 2 or early) and framed:
+        flags.append("fenced")
+    return ",".join(flags) if flags else None
+
+
+def _detect_viewer_lineno(lines: list[str], need: float) -> str | None:
+    ne = _nonblank(lines)
+    if len(ne) < 3:
+        return None
+    best: tuple[int, str] | None = None
+    for style, pat in _LINENO.items():
+        rx = re.compile("^" + pat, re.ASCII)
+        ms = [m for m in map(rx.match, ne) if m]
+        nums = [int(m.group(1)) for m in ms]
+        if len(nums) < MAJORITY * len(ne) or len(nums) < 3:
+            continue
+        # numbered lines of evidence, not a numbered list (a Rust backtrace's '  3: py_spy::dump')
+        rests = [r[1:] if r[:1] == " " else r for r in (m.string[m.end():] for m in ms)]
+        if sum(1 for r in rests if EVIDENCE.match(r)) < 0.3 * len(ms):
+            continue
+        pairs = list(pairwise(nums))
+        step1 = sum(1 for a, b in pairs if b == a + 1)
+        up = sum(1 for a, b in pairs if b > a)
+        if step1 >= 0.6 * len(pairs) and up >= 0.9 * len(pairs) and (best is None or len(nums) > best[0]):
+            best = (len(nums), style)
+    if best is None:
+        return None
+    style = best[1]
+    if style == "colon":            # '1234: [2026-...' or grep -n's '1234:[2026-...'
+        rx = re.compile(r"^ *\d+:( ?)(.*)$")
+        spaced = [m.group(1) == " " for m in map(rx.match, ne) if m and _HEAD_RX.match(m.group(2))]
+        if spaced and sum(spaced) >= 0.9 * len(spaced):
+            style = "colon_space"
+    return style
+
+
+def _detect_viewer_ts(lines: list[str], need: float) -> str | None:
+    ne = _nonblank(lines)
+    if len(ne) < 3:
+        return None
+    rx = re.compile("^" + _VTS + r"([ \t]+(?:\| )?|$)", re.ASCII)
+    ms = [m for m in map(rx.match, ne) if m]
+    if len(ms) < MAJORITY * len(ne):
+        return None
+    seps: dict[str, int] = {}
+    heads = 0
+    for m in ms:
+        if _HEAD_RX.match(m.string, m.end()):
+            heads += 1
+            seps[m.group(4)] = seps.get(m.group(4), 0) + 1
+    # the payload behind the column has its own record heads (SGLang, glog, vLLM): else the 'column'
+    # is the payload's own time (a '2026-05-24 03:44:45 INFO ...' log keeps it)
+    if heads < 2 or heads < 0.3 * len(ms) or not seps:
+        return None
+    return max(seps, key=lambda k: seps[k])
+
+
+# Tried in this order at each level, outermost envelope first.
+_DETECTORS: list[tuple[str, Callable[[list[str], float], str | tuple[str, str] | None]]] = [
+    ("ansi", _detect_ansi),
+    ("hard_wrap", _detect_hard_wrap),
+    ("json", _detect_json),
+    ("cri", _detect_cri),
+    ("journald", _detect_journald),
+    ("syslog", _detect_syslog),
+    ("kubectl", _detect_kubectl),
+    ("viewer_lineno", _detect_viewer_lineno),
+    ("markdown", _detect_markdown),
+    ("compose", _detect_compose),
+    ("viewer_ts", _detect_viewer_ts),
+]
+MAX_LAYERS = 4
+SAMPLE_LINES = 200
+
+
+def _sample(lines: list[str]) -> list[str]:
+    out: list[str] = []
+    seen = 0
+    for s in lines:
+        out.append(s)
+        seen += bool(s.strip())
+        if seen >= SAMPLE_LINES:
+            break
+    return out
+
+
+def _plain_records(lines: list[str]) -> bool:
+    """Every non-blank line of the sample begins a payload record, and none holds an escape or a CR: no
+    layer can be around it (a shortcut for the commonest file, a plain log; a prefix, a quote, a fence
+    or a wrapped line's continuation would not begin a record)."""
+    head = _HEAD_RX.match
+    return bool(lines) and all(head(s) and "\x1b" not in s and "\r" not in s for s in lines if s.strip())
+
+
+def detect(sample_lines: list[str]) -> EnvelopeStack:
+    """The envelope of a file, from its first lines (split on ``\\n`` only, CR of CRLF removed).
+
+    Layer by layer, outermost first: a layer must be on a clear majority of the sample's non-blank
+    lines (markdown and ansi by their own marks); the sample is stripped of it and looked at again,
+    up to MAX_LAYERS deep.  A plain log gives ``none``.
+    """
+    try:
+        cur = _sample(list(sample_lines))
+        if _plain_records(cur):
+            return NONE
+        layers: list[str] = []
+        params: list[str] = []
+        for _ in range(MAX_LAYERS):
+            hit: tuple[str, str] | None = None
+            need = PASTE_SHARE if "markdown" in layers else MAJORITY
+            for name, fn in _DETECTORS:
+                r = fn(cur, need)
+                if r is None:
+                    continue
+                found = r if isinstance(r, tuple) else (name, r)
+                if found[0] not in layers:
+                    hit = found
+                    break
+            if hit is None:
+                break
+            layers.append(hit[0])
+            params.append(hit[1])
+            one = Unwrapper(EnvelopeStack((hit[0],), (hit[1],)), year_hint=2000)
+            cur = _sample(one.feed(cur, 1, final=True).payload)
+        return EnvelopeStack(tuple(layers), tuple(params))
+    except Exception:          # detection must never stop an ingest: an unknown envelope is 'none'
+        return NONE
+
+
+def unwrap_all(lines: list[str], stack: EnvelopeStack | None = None,
+               year_hint: int | date | None = None) -> tuple[EnvelopeStack, Unwrapped]:
+    """Detect (unless given) and strip the envelope of a whole file's lines in one go."""
+    stack = detect(lines) if stack is None else stack
+    return stack, Unwrapper(stack, year_hint).feed(lines, 1, final=True)

@@ -1,0 +1,201 @@
+"""Envelopes a terminal or a person added: docker compose prefixes, ANSI escapes and ``\\r`` redraws, Markdown
+pastes (quotes, fences, details tags, prose), a viewer's line numbers and timestamp column, hard wrapping."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from .layers import EVIDENCE, LINE_START, _Items, _Layer, _PrefixLayer
+from .times import _ZONE, _iso_ts
+
+if TYPE_CHECKING:
+    from .unwrap import Unwrapper
+
+
+class _Compose(_PrefixLayer):
+    name = "compose"
+    has_ts = False
+    rx = re.compile(r"^[\w.-]{1,80} *\|(?: |$)", re.ASCII)
+
+    def prefix(self) -> str:
+        return r"[\w.-]+ *\| ?"
+
+
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[()][0-9A-Za-z]|[@-Z\\-_]|)")
+
+
+def _strip_ansi(s: str) -> str:
+    if "\x1b" in s:
+        s = _ANSI.sub("", s)
+    if "\r" in s:
+        parts = s.split("\r")
+        s = next((p for p in reversed(parts) if p), "")      # what the terminal shows last
+    return s
+
+
+class _Ansi(_Layer):
+    name = "ansi"
+
+    def prefix(self) -> str:
+        # escapes, and whatever a \r redraw hides (each part ends at its \r: no runaway backtracking)
+        return r"(?:\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\n]*\x07|[^\n\r]*\r)*"
+
+    def run(self, it: _Items, final: bool) -> _Items:
+        txt = [_strip_ansi(s) if ("\x1b" in s or "\r" in s) else s for s in it.txt]
+        return _Items(txt, it.ln, it.sp, it.ts)
+
+
+# -- pastes -----------------------------------------------------------------------------------------
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+_TAG = re.compile(r"^\s*(?:</?details\b[^>]*>|<summary\b.*</summary>|</?pre>|</?code>)\s*$", re.IGNORECASE)
+
+
+class _Markdown(_Layer):
+    """A ticket paste: ``> `` quote markers, code fences, HTML details tags, prose between fences.
+
+    A quote marker is markdown outside a fence, and inside a fence opened within a quote; inside a
+    fence opened outside one, a leading ``>`` is payload (a REPL's ``>>>``).  ``>`` alone is a blank
+    payload line; ``> `` removes the marker and one space, so a dump keeps its indentation.  When the
+    paste has fences (``fenced``), lines outside them that do not look like evidence are prose.
+    """
+
+    name = "markdown"
+
+    def __init__(self, param: str, u: Unwrapper) -> None:
+        super().__init__(param, u)
+        self.fenced = "fenced" in param.split(",")
+        self.fence: tuple[str, int, bool] | None = None        # (char, length, quoted) of the open fence
+
+    def prefix(self) -> str:
+        return r"(?:> ?)?"
+
+    def run(self, it: _Items, final: bool) -> _Items:
+        out = _Items()
+        drop = self.u.drop
+        for s, ln, sp, t in it:
+            quoted = s[:1] == ">" and (self.fence is None or self.fence[2])
+            if quoted:
+                s = s[2:] if s[1:2] == " " else s[1:]
+            if "`" in s[:6] or "~" in s[:6]:
+                f = _FENCE.match(s)
+                if f is not None and (f.group(1)[0] == "~" or "`" not in f.group(2)):
+                    self._fence(f.group(1), f.group(2), quoted)
+                    drop(ln, sp)
+                    continue
+            if "<" in s[:4] and _TAG.match(s):
+                drop(ln, sp)
+                continue
+            if self.fenced and self.fence is None and (not EVIDENCE.match(s) if s.strip() else not quoted):
+                drop(ln, sp)                 # prose, or a blank line between blocks, outside the fences
+                continue
+            out.add(s, ln, sp, t)
+        return out
+
+    def _fence(self, marks: str, info: str, quoted: bool) -> None:
+        if self.fence is None:
+            self.fence = (marks[0], len(marks), quoted)
+        elif marks[0] == self.fence[0] and len(marks) >= self.fence[1] and not info.strip():
+            self.fence = None
+        # else: a fence line inside a fence (say a new language tag): dropped, still inside
+
+
+_LINENO = {
+    "bracket": r"\[(\d+)\](?: |$)",
+    "pipe": r" *(\d+) ?(?:\||\u2502)(?: |$)",
+    "colon": r" *(\d+):",
+    "colon_space": r" *(\d+):(?: |$)",
+    "tab": r" *(\d+)\t",
+}
+
+
+class _ViewerLineno(_PrefixLayer):
+    name = "viewer_lineno"
+    has_ts = False
+
+    def __init__(self, param: str, u: Unwrapper) -> None:
+        super().__init__(param, u)
+        self.rx = re.compile("^" + _LINENO.get(param, _LINENO["bracket"]), re.ASCII)
+
+    def prefix(self) -> str:
+        return _LINENO.get(self.param, _LINENO["bracket"]).replace("(\\d+)", "\\d+").replace("|$", "")
+
+
+_VTS = r"[ \t]?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?" + _ZONE + "?"
+
+
+class _ViewerTs(_PrefixLayer):
+    """A viewer's own timestamp column before each line: its time is kept as the collected time."""
+
+    name = "viewer_ts"
+
+    def __init__(self, param: str, u: Unwrapper) -> None:
+        super().__init__(param, u)
+        self.sep = param or " "
+        self.rx = re.compile("^" + _VTS + "(?:" + re.escape(self.sep) + "|[ \t]*$)", re.ASCII)
+
+    def prefix(self) -> str:
+        return r"[ \t]?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?" + re.escape(self.sep)
+
+    def ts_of(self, m: re.Match[str]) -> datetime | None:
+        return _iso_ts(*m.group(1, 2, 3))
+
+
+def _wrap_continues(s: str) -> bool:
+    """Whether a line can be the continuation of one a terminal wrapped."""
+    return bool(s) and LINE_START.match(s) is None
+
+
+class _HardWrap(_Layer):
+    """Terminal hard wrapping at a fixed width W: a line of exactly W characters continues on the next
+    line unless that one begins something (a record, a prefix, an indented dump line)."""
+
+    name = "hard_wrap"
+
+    def __init__(self, param: str, u: Unwrapper) -> None:
+        super().__init__(param, u)
+        try:
+            self.width = int(param)
+        except ValueError:
+            self.width = 0
+        self.held: list | None = None               # [parts, ln, span, ts, physical lines]
+
+    def run(self, it: _Items, final: bool) -> _Items:
+        w = self.width
+        if w <= 0:                                  # no width, no wrap
+            return it
+        out = _Items()
+        held = self.held
+        emit = self._emit
+        for s, ln, sp, t in it:
+            if held is not None:
+                if _wrap_continues(s):
+                    held[0].append(s)
+                    held[2] += sp
+                    held[4].extend(self.u.phys(ln, sp))
+                    if len(s) == w:
+                        continue
+                    emit(out, held)
+                    held = None
+                    continue
+                emit(out, held)
+                held = None
+            if len(s) == w:
+                held = [[s], ln, sp, t, self.u.phys(ln, sp)]
+            else:
+                out.add(s, ln, sp, t)
+        if held is not None and final:
+            emit(out, held)
+            held = None
+        self.held = held
+        return out
+
+    def _emit(self, out: _Items, held: list) -> None:
+        parts, ln, sp, t, phys = held
+        if len(parts) > 1:
+            self.u.register(ln, phys)
+        out.add("".join(parts), ln, sp, t)
+
+    def pending_first(self) -> int | None:
+        return self.held[1] if self.held is not None else None
