@@ -189,7 +189,7 @@ def _quiet_verdict(ev: Evidence) -> str:
         if idle_s < 60:
             return f"busy to the end of the evidence (last progress at {_hm(last)})"
         return (f"idle since {_hm(last)} after the last requests completed "
-                f"({idle_s / 60:.0f} min of evidence without work pending follow)")
+                f"(then {idle_s / 60:.0f} min of evidence with no work pending)")
     if len(ev.watchdogs) >= 2:
         spread = (ev.watchdogs[-1]["ts"] - ev.watchdogs[0]["ts"]).total_seconds()
         return (f"{len(ev.watchdogs)} ranks' watchdogs fired within {spread:.1f} s; no earlier log lines")

@@ -356,7 +356,8 @@ def _summary(store: Store, engine: str, show_payloads: bool) -> dict[str, Any] |
     return {
         **s, "verdict": _shown(s["verdict"], show_payloads),
         "facts": [_shown(f, show_payloads) for f in (s["facts"] or [])],
-        "files_text": ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(files.items())) + " file(s)",
+        "files_text": ", ".join(f"{n} {k.replace('_', ' ')} file{'s' if n != 1 else ''}"
+                                for k, n in sorted(files.items())),
         "ranks_text": compact_ranks(list(s["ranks"] or [])) if s["ranks"] else "",
         "span_text": f"from {a:%Y-%m-%d %H:%M:%S} to {b:%Y-%m-%d %H:%M:%S}" if a and b else "",
     }
