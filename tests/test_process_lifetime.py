@@ -44,9 +44,10 @@ def session_processes(sid: int) -> list[psutil.Process]:
     return out
 
 
-def run_cli(*args: str, interrupt_after_workers: bool = False) -> tuple[int, str, list[psutil.Process]]:
-    proc = subprocess.Popen([sys.executable, "-c", CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+def run_cli(*args: str, interrupt_after_workers: bool = False,
+            wrap: tuple[str, ...] = ()) -> tuple[int, str, list[psutil.Process]]:
+    proc = subprocess.Popen([*wrap, sys.executable, "-c", CLI, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     if interrupt_after_workers:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(psutil.Process(proc.pid).children()) < 2:
@@ -106,14 +107,27 @@ def test_a_refused_second_scan_starts_nothing_and_leaves_nothing(tmp_path: Path)
     assert left == []
 
 
-def test_a_ray_scan_stops_the_ray_it_started(tmp_path: Path):
-    """No --ray-address: the scan starts a single-node Ray for itself and shuts every process of it down."""
+def test_a_ray_scan_stops_the_ray_it_started_and_talks_to_loopback_only(tmp_path: Path):
+    """No --ray-address: the scan starts a single-node Ray for itself and shuts every process of it down; and
+    none of its processes connects anywhere but loopback (Ray's usage-stats process would ask cloud metadata
+    addresses which cloud it is on)."""
     import glob
+    import re
+    import shutil
     import tempfile
 
+    assert shutil.which("strace"), "strace is needed (.ci/run installs it)"
+    trace = tmp_path / "connect.trace"
     ray_dirs = set(glob.glob(f"{tempfile.gettempdir()}/hf-ray-*"))
     rc, err, left = run_cli("scan", str(small_fleet(tmp_path)), "--db", str(tmp_path / "db.duckdb"),
-                            "--executor", "ray", "--jobs", "2")
+                            "--executor", "ray", "--jobs", "2",
+                            wrap=("strace", "-f", "-qq", "-e", "trace=connect", "-o", str(trace)))
     assert rc == 0 and "2 file(s) read" in err, err
     assert left == []
     assert set(glob.glob(f"{tempfile.gettempdir()}/hf-ray-*")) == ray_dirs      # its temporary folder too
+    calls = trace.read_text()
+    v4 = set(re.findall(r'inet_addr\("([0-9.]+)"\)', calls))
+    v6 = set(re.findall(r'inet_pton\(AF_INET6, "([^"]+)"', calls))
+    assert "127.0.0.1" in v4                                     # Ray's own processes, on loopback
+    assert {a for a in v4 if not a.startswith("127.")} == set()
+    assert {a for a in v6 if a not in ("::1", "::ffff:127.0.0.1")} == set()

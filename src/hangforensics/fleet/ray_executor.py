@@ -80,8 +80,9 @@ def ray_connection(address: str | None = None, num_cpus: int | None = None) -> I
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
         else:
             tmp = tempfile.mkdtemp(prefix="hf-ray-")    # short: Ray's socket paths must fit in 107 bytes
-            ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                     object_store_memory=LOCAL_OBJECT_STORE, _temp_dir=tmp, logging_level=logging.ERROR)
+            with _no_cloud_probe():
+                ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                         object_store_memory=LOCAL_OBJECT_STORE, _temp_dir=tmp, logging_level=logging.ERROR)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -93,6 +94,22 @@ def ray_connection(address: str | None = None, num_cpus: int | None = None) -> I
         ray.shutdown()          # a Ray this process started goes with every process of it
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _no_cloud_probe() -> Iterator[None]:
+    """While a single-node Ray starts its processes (they inherit the environment): Ray's usage-stats process
+    asks cloud metadata addresses (169.254.169.254, metadata.google.internal) which cloud it runs on, even
+    with usage stats off.  Python's HTTP clients send that through a proxy on a closed loopback port, so
+    nothing leaves the host.  Upper case only: libcurl (pyarrow's S3/GCS staging) and gRPC read lower case."""
+    added = {k: v for k, v in (("HTTP_PROXY", "http://127.0.0.1:9"), ("NO_PROXY", "127.0.0.1,localhost,::1"))
+             if not any(n in os.environ for n in (k, k.lower()))}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 @dataclass
@@ -132,7 +149,7 @@ class RayExecutor:
         with ray_connection(self.address, self.num_cpus) as ray, self._staging_location() as uri:
             fs, _ = stg.open_staging(uri)
             remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=True)(stg.parse_group)
-            submit = self._submitter(ray, remote, uri, run)
+            submit = self._submitter(remote, uri, run)
             try:
                 parts = self._schedule(work, submit)
                 for i, p in enumerate(work):
@@ -159,7 +176,7 @@ class RayExecutor:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _submitter(self, ray: Any, remote: Any, uri: str, run: str) -> Callable[[_Task], _Task]:
+    def _submitter(self, remote: Any, uri: str, run: str) -> Callable[[_Task], _Task]:
         def submit(task: _Task) -> _Task:
             task.ref = remote.remote(task.items, uri, run, self.parse)
             self.tasks += 1
