@@ -44,6 +44,12 @@ def session_processes(sid: int) -> list[psutil.Process]:
     return out
 
 
+def sigint_ignored(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    return bool(mask & (1 << (signal.SIGINT - 1)))
+
+
 def run_cli(*args: str, interrupt_after_workers: bool = False,
             wrap: tuple[str, ...] = ()) -> tuple[int, str, list[psutil.Process]]:
     proc = subprocess.Popen([*wrap, sys.executable, "-c", CLI, *args], stdout=subprocess.PIPE,
@@ -53,6 +59,10 @@ def run_cli(*args: str, interrupt_after_workers: bool = False,
         while time.monotonic() < deadline and len(psutil.Process(proc.pid).children()) < 2:
             time.sleep(0.05)
         assert psutil.Process(proc.pid).children(), "the worker pool never started"
+        # the parent ignores SIGINT while it starts workers (they inherit that): press Ctrl-C after, as a
+        # person would, not inside that instant
+        while time.monotonic() < deadline and sigint_ignored(proc.pid):
+            time.sleep(0.01)
         os.killpg(proc.pid, signal.SIGINT)        # as a terminal does: the whole process group
     _, err = proc.communicate(timeout=120)
     time.sleep(0.3)                              # orphans would still be there: nothing reaps them for us
