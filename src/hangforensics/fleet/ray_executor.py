@@ -33,7 +33,6 @@ from ..errors import InputError
 from ..ingest import parallel
 from ..ingest.jobs import FileJob, FileOutcome
 from ..ingest.load import load_file
-from ..ingest.parse import parse_file
 from ..ingest.plan import Plan
 from ..store import Store
 from ..terminal_progress import ProgressBar
@@ -129,7 +128,7 @@ class RayExecutor:
     num_cpus: int | None = None
     max_retries: int = 2
     run_name: str | None = None
-    parse: Callable[[FileJob], Iterator[tuple[str, Any]]] = parse_file    # what each task runs (tests inject)
+    parse: Callable[[FileJob], Iterator[tuple[str, Any]]] | None = None    # each task's parser (None: parse_file)
     tasks: int = 0
     staged_files: int = 0
     _pending: dict[tuple[int, int], _Task] = field(default_factory=dict, repr=False)   # submitted, not collected

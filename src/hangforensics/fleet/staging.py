@@ -23,13 +23,10 @@ from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..ingest.jobs import CHECKPOINT, FileJob, FileOutcome, with_result
-from ..ingest.parse import parse_file
 
 ROW = "__row"          # a batch cut into several days keeps its order through this column
 
@@ -66,15 +63,22 @@ def partition_dir(base: str, run: str, engine: str, day: str) -> str:
 
 
 def parse_group(jobs: list[tuple[int, int, FileJob]], staging: str, run: str,
-                parse: Callable[[FileJob], Iterator[tuple[str, Any]]] = parse_file) -> list[StagedPart]:
-    """A parse task: parse each (file_no, part_no, job) in turn and stage its batches.  A file that cannot
-    be read is its part's outcome (as in-process); anything else raises, for the executor to retry."""
+                parse: Callable[[FileJob], Iterator[tuple[str, Any]]] | None = None) -> list[StagedPart]:
+    """A parse task: parse each (file_no, part_no, job) in turn (with ``parse``, default ``parse_file``) and
+    stage its batches.  A file that cannot be read is its part's outcome (as in-process); anything else
+    raises, for the executor to retry."""
     fs, base = open_staging(staging)
     return [stage_file(fs, base, run, file_no, part_no, job, parse) for file_no, part_no, job in jobs]
 
 
 def stage_file(fs: pafs.FileSystem, base: str, run: str, file_no: int, part_no: int, job: FileJob,
-               parse: Callable[[FileJob], Iterator[tuple[str, Any]]] = parse_file) -> StagedPart:
+               parse: Callable[[FileJob], Iterator[tuple[str, Any]]] | None = None) -> StagedPart:
+    # imported here: planning an unchanged fleet needs neither Parquet nor the parsers
+    import pyarrow.parquet as pq
+
+    from ..ingest.parse import parse_file
+
+    parse = parse or parse_file
     part = StagedPart(file_no, part_no, job.engine, job.rel_path)
     result: list[FileOutcome] = []
     made: set[str] = set()
@@ -120,6 +124,8 @@ def to_arrow(rows: Any) -> pa.Table | None:
 def split_by_day(table: pa.Table) -> list[tuple[str, pa.Table]]:
     """The batch's rows per day of their ``ts`` (rows without one, and tables without it: ``unknown``).
     A batch over several days is cut, each piece numbering its rows so the loader restores their order."""
+    import pyarrow.compute as pc
+
     if "ts" not in table.column_names or not pa.types.is_timestamp(table.schema.field("ts").type):
         return [("unknown", table)]
     days = pc.fill_null(pc.strftime(table["ts"], format="%Y-%m-%d"), "unknown")
@@ -147,6 +153,9 @@ def read_staged(fs: pafs.FileSystem, part: StagedPart) -> Iterator[tuple[str, An
 
 
 def read_batch(fs: pafs.FileSystem, paths: list[str]) -> pa.Table:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     pieces = []
     for path in paths:
         with fs.open_input_file(path) as f:      # a file, not a dataset: no partition columns are added
