@@ -85,8 +85,8 @@ def ray_connection(address: str | None = None, num_cpus: int | None = None) -> I
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-        where = f"the Ray cluster at {address}" if address else "a local Ray"
-        raise InputError(f"cannot start or reach {where}: {str(e).strip().splitlines()[0]}") from e
+        what = f"reach the Ray cluster at {address}" if address else "start a local Ray"
+        raise InputError(f"cannot {what}: {str(e).strip().splitlines()[0]}") from e
     try:
         yield ray
     finally:
@@ -100,7 +100,8 @@ def _no_cloud_probe() -> Iterator[None]:
     """While a single-node Ray starts its processes (they inherit the environment): Ray's usage-stats process
     asks cloud metadata addresses (169.254.169.254, metadata.google.internal) which cloud it runs on, even
     with usage stats off.  Python's HTTP clients send that through a proxy on a closed loopback port, so
-    nothing leaves the host.  Upper case only: libcurl (pyarrow's S3/GCS staging) and gRPC read lower case."""
+    nothing leaves the host.  HTTP_PROXY in upper case only: libcurl (pyarrow's S3 and GCS staging) and gRPC
+    read the lower-case http_proxy, so staging and Ray's own traffic are not sent there."""
     added = {k: v for k, v in (("HTTP_PROXY", "http://127.0.0.1:9"), ("NO_PROXY", "127.0.0.1,localhost,::1"))
              if not any(n in os.environ for n in (k, k.lower()))}
     os.environ.update(added)
