@@ -211,3 +211,16 @@ def open_in_chromium():
 
         yield open_
         browser.close()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One single-node Ray (2 CPUs) for the whole test session: starting one costs seconds.  Yields its
+    address (for ``--ray-address``); a RayExecutor in this process uses the connection as it is."""
+    from hangforensics.fleet.ray_executor import ray_connection
+
+    # the s3:// staging test talks to a loopback server only: the AWS SDK must not ask the EC2 metadata
+    # address for credentials or a region (set before Ray starts, so its workers inherit it)
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    with ray_connection(num_cpus=2) as ray:
+        yield ray.get_runtime_context().gcs_address

@@ -12,7 +12,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -73,9 +73,10 @@ def split_job(job: FileJob, parts: int) -> list[FileJob]:
     return jobs
 
 
-def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar):
+def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, counter: Any = None):
     """Parse files (and byte ranges of large logs) in worker processes, each spilling its row batches as
-    Arrow IPC files; load them here in file order: DuckDB has one writer, and loading overlaps parsing."""
+    Arrow IPC files; load them here in file order: DuckDB has one writer, and loading overlaps parsing.
+    ``counter.tasks`` (when given) counts the pieces handed to workers."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
     try:
         with worker_pool(jobs) as pool:
@@ -85,6 +86,8 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar):
                     pieces = split_job(p.job(), jobs * 2) if splittable(p) else [p.job()]
                     submitted.append((p, [pool.submit(parse_to_ipc, j, str(tmp / f"f{i}-{k}"))
                                           for k, j in enumerate(pieces)]))
+                    if counter is not None:
+                        counter.tasks += len(pieces)
             # whole small files as they finish; the ranges of a split log in order
             pending = {futs[0]: (p, futs) for p, futs in submitted if len(futs) == 1}
             for fut in as_completed(pending):
@@ -93,7 +96,7 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar):
                 yield p, load_file(store, p, _read_ipc(manifest, outcome))
             for p, futs in submitted:
                 if len(futs) > 1:
-                    yield p, load_file(store, p, _read_ranges(futs))
+                    yield p, load_file(store, p, join_ranges(_read_ipc(*f.result()) for f in futs))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -148,20 +151,20 @@ def stop_resource_tracker() -> None:
             stop()
 
 
-def _read_ranges(futures: list) -> Iterator[tuple[str, Any]]:
-    """The batches of a split log's ranges in file order, with checkpoints and totals made cumulative."""
+def join_ranges(ranges: Iterable[Iterator[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
+    """The batches of a split log's ranges (each a batch generator returning its FileOutcome) in file order,
+    with checkpoints and totals made cumulative."""
     from ..parsers.sglang_log import newest_release
 
     done = FileOutcome()
     release = None
-    for fut in futures:
-        manifest, outcome = fut.result()
+    for batches in ranges:
         result: list[FileOutcome] = []
-        for table, rows in with_result(_read_ipc(manifest, outcome), result):
+        for table, rows in with_result(batches, result):
             if table == CHECKPOINT:
                 rows = FileOutcome(done.lines + rows.lines, done.unparsed + rows.unparsed, rows.read_bytes)
             yield table, rows
-        last = result[0] or outcome
+        last = result[0]
         notes = done.notes
         notes.merge(last.notes)
         done = FileOutcome(done.lines + last.lines, done.unparsed + last.unparsed, last.read_bytes, notes=notes,
