@@ -19,9 +19,9 @@ from ..ranks import rank_key, rank_numbers
 from ..readers.kinds import STACK_KINDS as DUMP_KINDS
 from ..redaction import redact_payloads
 from ..store import Store
+from . import vllm_summary
 from .capture_advice import next_capture_command
 from .snapshot_text import facts_in_words
-from . import vllm_summary
 from .stackclasses import compact_ranks
 
 STACK_KINDS = (*DUMP_KINDS, "flight_recorder")

@@ -189,7 +189,6 @@ def _stopped(s: Series, end: datetime | None) -> bool:
 def _judge(store: Store, seg: Segment, s: Series, end: datetime | None, engine_wide: bool) -> None:
     """Why a stopped series had work pending (``s.judgement``); nothing when it went idle."""
     j = s.judgement
-    onset = s.progress["ts"]                                               # type: ignore[index]
     last = s.last
     if s.stale is not None and not s.idle:
         st = s.stale
