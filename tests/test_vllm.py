@@ -223,6 +223,54 @@ def test_one_data_parallel_engine_core_stops_while_the_other_serves(tmp_path: Pa
         found[1]["detail"]
 
 
+def _dp_lines(engine0_until: str, engine1: dict[str, str]) -> list[str]:
+    """The data-parallel log with Engine 000's stats lines cut after ``engine0_until`` (then one stale line)
+    and Engine 001's lines after 16:40:20 replaced by ``engine1`` (time -> stats)."""
+    out = []
+    for ln in lines_of("v1-dp-one-stops"):
+        t = VLLM_TS.search(ln)
+        hms = t.group(1)[6:] if t else ""
+        if "Engine 000:" in ln and hms > engine0_until:
+            if hms == "16:40:30":
+                ln = re.sub(r"Avg prompt throughput: .*", "Avg prompt throughput: 0.0 tokens/s, Avg generation "
+                            "throughput: 0.0 tokens/s, Running: 12 reqs, Waiting: 3 reqs, GPU KV cache usage: "
+                            "55.0%, Prefix cache hit rate: 20.0%", ln)
+            else:
+                continue
+        if "Engine 001:" in ln and hms > "16:40:20":
+            if hms not in engine1:
+                continue
+            ln = re.sub(r"Avg prompt throughput: .*", engine1[hms], ln)
+        out.append(ln.replace("EngineCore_DP1", "EngineCore_DP0").replace("pid=3002", "pid=3001"))
+    return out
+
+
+def test_one_engine_core_hangs_while_the_other_went_idle(tmp_path: Path):
+    """The traffic ends; Engine 000 hangs (its core's shm waits), Engine 001 serves its last requests after
+    that and goes idle: the stall is Engine 000's, at its own last progress; the idle core is no part of it."""
+    idle = {"16:40:30": "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 150.2 tokens/s, Running: "
+                        "0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 20.0%",
+            "16:40:40": "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: "
+                        "0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 20.0%"}
+    lines = _dp_lines("16:40:20", idle)
+    end = next(i for i, ln in enumerate(lines) if "16:40:30 [loggers.py" in ln)
+    lines = lines[:end] + [ln for ln in lines[end:] if "POST" not in ln]
+    found = analyze_folder(engine(tmp_path, "v1-dp-one-stops", lines))
+    (stall,) = by_rule(found)["stall-onset"]
+    assert (stall["ts"], stall["ranks"]) == (datetime(2026, 7, 21, 16, 40, 20), ["DP0"])
+    assert {f["rule"] for f in found} == {"stall-onset", "health-check-blind"}
+
+
+def test_both_engine_cores_stopping_is_one_stall(tmp_path: Path):
+    stale = {"16:40:30": "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: "
+                         "19 reqs, Waiting: 7 reqs, GPU KV cache usage: 66.1%, Prefix cache hit rate: 30.2%"}
+    found = analyze_folder(engine(tmp_path, "v1-dp-one-stops", _dp_lines("16:40:10", stale)))
+    assert shape(found) == [
+        ("health-check-blind", "2026-07-21T16:40:30", "2026-07-21T16:50:30", ()),
+        ("stall-onset", "2026-07-21T16:40:20", None, ("DP0", "DP1")),
+    ]
+
+
 def test_aggregated_data_parallel_stats_stall_as_one_engine(tmp_path: Path):
     assert shape(analyze_folder(engine(tmp_path, "v1-dp-aggregated-hung"))) == [
         ("health-check-blind", "2026-08-02T02:15:00", "2026-08-02T02:20:11", ()),

@@ -171,7 +171,8 @@ def stall_of(store: Store, seg: Segment) -> dict[str, Any] | None:
     many = len(moving) > 1
     return {
         "engine": seg.engine, "segment": seg.index, "onset": onset, "evidence_end": end,
-        "silent_s": (end - onset).total_seconds() if end else 0.0,
+        # the silence as judged: to the end of the dated evidence, or of the probes after it
+        "silent_s": (judged_end - onset).total_seconds() if judged_end else 0.0,
         "pending": "; ".join((f"{s.label}: " if many else "") + "; ".join(s.judgement.reasons) for s in stalled),
         "ranks": [s.label for s in stalled if s.label], "path": head.progress["path"],   # type: ignore[index]
         "line": head.progress["line"],                                                     # type: ignore[index]
@@ -201,7 +202,7 @@ def _judge(store: Store, seg: Segment, s: Series, end: datetime | None, engine_w
               f"though vLLM prints one every {s.interval:.0f} s while it has work", last["path"], last["line"])
     if engine_wide:
         _arrivals(store, seg, s, j)
-    _signals(store, seg, s, j, engine_wide)
+    _signals(store, seg, s, j)
 
 
 def _finished(store: Store, seg: Segment, last: dict[str, Any]) -> bool:
@@ -243,13 +244,15 @@ SIGNALS = [
 ]
 
 
-def _signals(store: Store, seg: Segment, s: Series, j: Judgement, engine_wide: bool) -> None:
-    """Hang messages after the series' last progress: from its own engine core (``EngineCore_DP1`` for
-    series DP1) or, for the whole engine, from any process.  Waits printed by workers (readers of the
-    broadcast) are also printed while idle: they count only while requests were running or waiting."""
+def _signals(store: Store, seg: Segment, s: Series, j: Judgement) -> None:
+    """Hang messages after the series' last progress: for one engine core of several, those of its own
+    processes (``EngineCore_DP1``, ``DP1 TP0`` for series DP1) and of processes that name no core (the API
+    server); for the engine as a whole, any.  Waits printed by workers (readers of the broadcast) are
+    also printed while idle: they count only while requests were running or waiting."""
     w, p = seg.where()
     onset = s.progress["ts"]                                               # type: ignore[index]
-    own = "" if engine_wide else f"AND regexp_matches(rank, '(?:^|_){s.label}(?:$|_| )')"
+    own = (f"AND (regexp_matches(rank, '(?:^|_| ){s.label}(?:$|_| )') "
+           f"OR NOT regexp_matches(rank, '(?:^|_| )DP\\d+(?:$|_| )'))") if s.label else ""
     for kind, words, hard in SIGNALS:
         readers = kind == "vllm_shm_wait" and s.idle
         hit = store.query(

@@ -292,7 +292,7 @@ TABLES: dict[str, str] = {
         segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
         onset TIMESTAMP,                -- last forward progress
         evidence_end TIMESTAMP,         -- last evidence of the run (any line)
-        silent_s DOUBLE,                -- seconds from onset to evidence_end
+        silent_s DOUBLE,                -- seconds from onset to evidence_end (vLLM: to the end the liveness probes show when only access lines, which print no time, follow)
         pending VARCHAR,                -- why work was pending
         ranks VARCHAR[],                -- every rank seen in the segment
         path VARCHAR,                   -- the last batch line
