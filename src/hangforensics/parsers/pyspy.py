@@ -370,7 +370,7 @@ def parse_json(lines: list[str], first_line: int = 1) -> Dump:
                 break
             try:
                 obj, end = dec.raw_decode(text, pos)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):   # nesting deeper than any dump: not py-spy's JSON
                 break
             th = _json_thread(obj)
             if th is not None:
