@@ -1,6 +1,7 @@
 """How tightly the ranks of a stalled run froze: per-rank stop times and the verdict.
 
-Per-rank stop times come, in order of preference, from per-rank batch lines (several ranks log them) and
+Per-rank stop times come, in order of preference, from per-rank batch lines (several ranks log them; not
+vLLM's stats lines, which one process prints on a timer for every engine core) and
 from the scheduler watchdogs' fire times: each rank's watchdog fires ``watchdog_timeout`` after that
 rank's own last progress, so ranks whose watchdogs fired within ``TOGETHER_S`` of each other (not "in
 the same clock second") froze together.  Fire times further apart are not judged: each rank's dump
@@ -51,7 +52,8 @@ def _from_batch_lines(store: Store, seg: Segment, stall: dict) -> tuple[list[dic
         # ties (several lines in one clock second) broken by file and line: the same evidence however loaded
         f"""SELECT rank, max(ts) AS stopped_at, arg_max(path, (ts, path, line)) AS path,
                    arg_max(line, (ts, path, line)) AS line
-            FROM progress WHERE engine = ? {w} AND ts IS NOT NULL GROUP BY rank ORDER BY stopped_at, path, line""",
+            FROM progress WHERE engine = ? {w} AND ts IS NOT NULL AND batch_kind <> 'vllm'
+            GROUP BY rank ORDER BY stopped_at, path, line""",
         [e, *p])
     if len(per_rank) < 2:
         return [], None

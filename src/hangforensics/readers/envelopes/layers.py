@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 # -- payload record heads (sglang-formats.md §1, §8.1, §9.1) ----------------------------------------
 # A line that starts a payload record: SGLang prefix, torch glog, vLLM.  Chunks are cut before one.
-PAYLOAD_HEAD = (r"(?:\(\w+ pid=\d+[^)\n]*\)\s*)?"
-                r"(?:\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} )|(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d )")
+PAYLOAD_HEAD = (r"(?:\([\w .=-]*pid=\d+[^)\n]*\)\s*)?"     # vLLM's tags: '(VllmWorker TP1 pid=N)', '(pid=N)'
+                r"(?:\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} )|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d )")
 
 # A physical line that begins something (a record, an envelope prefix, a dump line, a blank line), as
 # opposed to the continuation of a line a terminal wrapped.  Indented lines count as beginnings (dump
