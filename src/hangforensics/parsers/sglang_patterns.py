@@ -5,9 +5,10 @@ uvicorn): polars / Rust regex syntax, one table per record family.  Formats:
 from __future__ import annotations
 
 # -- line prefixes ("envelopes" of the payload: SGLang, glog, NCCL debug, vLLM, uvicorn) --------
+# torch before 2.3 prints no time: '[rank2]:[E ProcessGroupNCCL.cpp:523] ...', '[E ProcessGroupNCCL.cpp:475] ...'
 GLOG = (
-    r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
-    r"(?:\d+ )?(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<gmsg>.*)$"
+    r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?:(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
+    r"(?:\d+ )?| )(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<gmsg>.*)$"
 )
 NCCL_DEBUG = r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|ERROR|TRACE|ABORT)"
 VLLM = (
