@@ -35,6 +35,12 @@ def w_kubectl(lines: list[str], t0: Clock = T0) -> list[str]:
     return [f"{go_nano(t)} {s}" for t, s in zip(times(lines, t0), lines, strict=True)]
 
 
+def w_kubectl_prefix(lines: list[str], t0: Clock = T0) -> list[str]:
+    """``kubectl logs -l app=sglang --prefix --timestamps``: two pods' lines in one stream."""
+    return [f"[pod/sglang-{i % 2}/sglang] {go_nano(t)} {s}" for i, (t, s) in enumerate(zip(times(lines, t0), lines,
+                                                                                           strict=True))]
+
+
 def w_cri(lines: list[str], t0: Clock = T0) -> list[str]:
     out = []
     for t, s in zip(times(lines, t0), lines, strict=True):
@@ -138,6 +144,7 @@ def w_hard_wrap(lines: list[str], t0: Clock = T0) -> list[str]:
 WRAPPERS: dict[str, tuple[list[Callable[..., list[str]]], str]] = {
     # name: (wrappers applied innermost first, expected stack)
     "kubectl": ([w_kubectl], "kubectl"),
+    "kubectl_prefix": ([w_kubectl_prefix], "kubectl"),
     "cri": ([w_cri], "cri"),
     "docker_json": ([w_docker], "docker_json"),
     "journald_short": ([w_journald_short], "journald"),
@@ -172,7 +179,7 @@ WRAPPERS: dict[str, tuple[list[Callable[..., list[str]]], str]] = {
 TIMED = {"kubectl", "cri", "docker_json", "journald", "syslog", "fluentbit", "vector", "viewer_ts"}
 
 
-TIMED_WRAPPERS = {w_kubectl, w_cri, w_docker, w_journald_short, w_journald_iso, w_journald_json, w_syslog_5424,
+TIMED_WRAPPERS = {w_kubectl, w_kubectl_prefix, w_cri, w_docker, w_journald_short, w_journald_iso, w_journald_json, w_syslog_5424,
                   w_syslog_3164, w_fluentbit, w_vector, w_viewer_ts}
 
 

@@ -504,18 +504,13 @@ def w_docker(E: Engine, lines: list[Line], limit: int = 16384) -> list[Line]:
     return out
 
 
-def w_journald_short(E: Engine, lines: list[Line], host: str, pid: int) -> list[Line]:
-    """`journalctl -o short`: the host's local time (here the payload's zone), no year."""
+def w_journald_short(E: Engine, lines: list[Line], host: str, pid: int, precise: bool = False) -> list[Line]:
+    """`journalctl -o short` (`short-precise`: with microseconds): the host's local time, no year."""
     out = []
     for t, s in lines:
         d = E.clock.dt(t)
-        out.append(
-            (
-                t,
-                "%s %2d %s %s python3[%d]: %s"
-                % (d.strftime("%b"), d.day, d.strftime("%H:%M:%S"), host, pid, s),
-            )
-        )
+        hms = d.strftime("%H:%M:%S") + (".%06d" % d.microsecond if precise else "")
+        out.append((t, "%s %2d %s %s python3[%d]: %s" % (d.strftime("%b"), d.day, hms, host, pid, s)))
     return out
 
 
@@ -740,8 +735,10 @@ def watchdog_fire(
     soft: bool = False,
     timeout: str = "300",
     dump: bool = True,
+    spy_fails: bool = False,
 ) -> tuple[float, float]:
-    """One rank's watchdog record(s) as its release prints them.  Returns (first line's time, timeout line's)."""
+    """One rank's watchdog record(s) as its release prints them (``spy_fails``: py-spy is refused in the
+    container, 0.5.23's failure records instead of a dump).  Returns (first line's time, timeout line's)."""
     rng, rel = E.rng, E.rel
     avail = total - evictable - inflight
     title = "sglang::scheduler_" + rank.replace(" ", "_")
@@ -798,7 +795,17 @@ def watchdog_fire(
         head_pyspy = "Pyspy dump for PID %d (py-spy dump --native --pid %d):\n" % (pid, pid)
     if dump:
         doc.rec(t, block, rank)
-        doc.rec(t_dump, head_pyspy + stack + "\n", rank)
+        if spy_fails and rel == "0.5.23":
+            err = (
+                "Permission Denied: Try running again with elevated permissions by going 'sudo env "
+                '"PATH=$PATH" !!\''
+            )
+            doc.rec(t_dump, "Pyspy failed (py-spy dump --native --pid %d). Error: %s" % (pid, err), rank)
+            doc.rec(t_dump + 0.2, "Pyspy failed (py-spy dump --pid %d). Error: %s" % (pid, err), rank)
+            doc.rec(t_dump + 0.21, "All pyspy dump attempts failed for PID %d." % pid, rank)
+            t_out = t_dump + rng.uniform(0.25, 0.5)
+        else:
+            doc.rec(t_dump, head_pyspy + stack + "\n", rank)
     doc.rec(
         t_out, "Scheduler watchdog timeout (self.watchdog_timeout=%s, self.soft=%s)" % (timeout, soft), rank
     )
@@ -1283,12 +1290,17 @@ def blind(E: Engine, onset: float, why: str) -> dict:
 def fire_group(
     E: Engine, doc: Doc, t0: float, ranks: list[str], spread: float, pids: dict[str, int], **kw
 ) -> dict[str, tuple[float, float]]:
-    """Every rank's watchdog fires within `spread` seconds of t0 (shuffled order)."""
+    """Every rank's watchdog fires within `spread` seconds of t0 (shuffled order); ranks in `spy_fail` cannot
+    run py-spy."""
     rng = E.rng
     order = ranks[:]
     rng.shuffle(order)
     offs = sorted(rng.uniform(0, spread) for _ in order)
-    return {r: watchdog_fire(E, doc, t0 + o, r, pids[r], **kw) for r, o in zip(order, offs, strict=True)}
+    fail = kw.pop("spy_fail", ())
+    return {
+        r: watchdog_fire(E, doc, t0 + o, r, pids[r], spy_fails=r in fail, **kw)
+        for r, o in zip(order, offs, strict=True)
+    }
 
 
 def wgf_minute_straddle() -> tuple[Engine, dict]:
@@ -1434,6 +1446,7 @@ def wgf_cri_pp() -> tuple[Engine, dict]:
         inflight=S.tokens(),
         evictable=22_511,
         where="allreduce",
+        spy_fail=("PP1 TP2 EP2", "PP0 TP3 EP3"),
     )
     end = max(o for _, o in fired.values())
     sigquit(E.doc, end + 5.3, E.rel)
@@ -1467,7 +1480,8 @@ def wgf_cri_pp() -> tuple[Engine, dict]:
         ],
         allow=("stall-onset", "busy-leak-report"),
         variation="0.5.23 `PPp TPt EPt` tags, CRI pod-file lines with P/F "
-        "records (Req lines > 16 KiB) pasted in a fence between prose, ms, main threads in all_reduce",
+        "records (Req lines > 16 KiB) pasted in a fence between prose, ms, main threads in all_reduce, py-spy "
+        "refused on two ranks",
     )
 
 
@@ -1905,9 +1919,9 @@ def soft_reps(
 def rsw_vector() -> tuple[Engine, dict]:
     """0.5.23 TP4, soft watchdog at 120 s repeats six times; Vector JSON lines."""
     E = Engine("pdx2-qwen3moe-rsw-33", "0.5.23", datetime(2026, 8, 11, 2, 47, 30), ms=True)
-    S = Traffic(E, ["TP0"], max_tokens=850_000, step_ms=(15, 0.3), out_len=(100, 900))
+    S = Traffic(E, ["MOE_DP0 TP0 EP0"], max_tokens=850_000, step_ms=(15, 0.3), out_len=(100, 900))
     onset, _ = stall_run(S, 0, 120, 2.0, 30, p_stream=0.8, min_running=10, after_rate=0.1)
-    ranks = ["TP%d" % i for i in range(4)]
+    ranks = ["MOE_DP%d TP%d EP%d" % (i // 2, i, i) for i in range(4)]  # --moe-dp-size 2 (0.5.10+ tag order)
     pids = {r: 1185480 + i for i, r in enumerate(ranks)}
     reps = soft_reps(E, E.doc, onset + 120 + 71.3, 120.0, 6, ranks, pids, S, "120.0")
     end = max(o for _, o in reps[-1].values()) + 3
@@ -1937,7 +1951,7 @@ def rsw_vector() -> tuple[Engine, dict]:
             ),
         ],
         allow=("busy-leak-report", "all-ranks-frozen"),
-        variation="0.5.23 soft watchdog with a 120.0 s timeout, six "
+        variation="0.5.23 `MOE_DPm TPt EPt` tags, soft watchdog with a 120.0 s timeout, six "
         "repetitions, /health_generate answered only before the stall, Vector JSON lines",
     )
 
@@ -2146,10 +2160,16 @@ def tna_two_nodes_kubectl() -> tuple[Engine, dict]:
         )
     for n, d in enumerate(docs):
         nccl_warn(d, E.rng, t0 + 2.6, "ord5-node%d" % n, 61000 + n, 0, 3)
-    for n, d in enumerate(docs):
-        rel = "node%d.txt" % n
-        E.write(rel, texts(w_kubectl(E, d.lines())))
-        E.stamp_file(rel, E.clock.utc(t0 + 900))
+    # `kubectl logs -l app=sglang-405b --prefix --timestamps`: both pods' lines in one stream, by time
+    merged = sorted(
+        [
+            (t, n, k, "[pod/sglang-405b-%d/sglang] %s" % (n, s))
+            for n, d in enumerate(docs)
+            for k, (t, s) in enumerate(w_kubectl(E, d.lines()))
+        ]
+    )
+    E.write("kubectl-logs.txt", [s for *_, s in merged])
+    E.stamp_file("kubectl-logs.txt", E.clock.utc(t0 + 900))
     first = min(times.values())
     assert E.clock.dt(first).second == 59 and E.clock.dt(max(times.values())).minute == 42
     return E, entry(
@@ -2166,8 +2186,8 @@ def tna_two_nodes_kubectl() -> tuple[Engine, dict]:
         ],
         allow=("stall-onset", "watchdog-kill", "all-ranks-frozen"),
         variation="torch 2.8 (`failure detected by "
-        "watchdog`, Watchdog::runLoop frames), `[PG ID 2 PG GUID 5(tp:0) Rank N]`, 16 ranks over two nodes, one "
-        "kubectl file per node (the only year), across a minute",
+        "watchdog`, Watchdog::runLoop frames), `[PG ID 2 PG GUID 5(tp:0) Rank N]`, 16 ranks over two nodes (pods), "
+        "one `kubectl logs --prefix --timestamps` stream of both (the only year), across a minute",
     )
 
 
@@ -3276,7 +3296,9 @@ def rilw_dp_journald() -> tuple[Engine, dict]:
                 )
         t = t_idle + E.rng.uniform(100, 150)
     end = t
-    E.write("journal-sglang.txt", texts(w_journald_short(E, E.doc.lines(), "sin5-h20-61", 7011)))
+    E.write(
+        "journal-sglang.txt", texts(w_journald_short(E, E.doc.lines(), "sin5-h20-61", 7011, precise=True))
+    )
     E.stamp_file("journal-sglang.txt", E.clock.utc(end) + timedelta(hours=4))
     return E, entry(
         "repeated-idle-leak-warning",
@@ -3290,7 +3312,7 @@ def rilw_dp_journald() -> tuple[Engine, dict]:
             ),
         ],
         variation="0.5.10 DP attention (four `DPi TPi EPi` leaders print batch lines), the warning on all four, "
-        "journald short",
+        "journald short-precise",
     )
 
 
@@ -3452,6 +3474,52 @@ def tna_utc_glog_beside_local() -> tuple[Engine, dict]:
     )
 
 
+def rilw_dp_replica_idle_while_other_busy() -> tuple[Engine, dict]:
+    """0.5.10 plain DP2 x TP2 (router in front, independent replicas): replica DP1 goes idle and warns of a
+    leak on both its TP ranks while replica DP0 keeps serving; DP0 never warns."""
+    E = Engine("bos2-llama70b-rilw-15", "0.5.10", datetime(2026, 4, 21, 15, 0, 0), ms=True, tz=-4.0)
+    busy = Traffic(
+        E, ["DP0 TP0"], max_tokens=300_000, step_ms=(25, 0.5), out_len=(60, 600), clients=("10.15.0.5",)
+    )
+    spot = Traffic(
+        E, ["DP1 TP0"], max_tokens=300_000, step_ms=(25, 0.5), out_len=(60, 400), clients=("10.15.0.6",)
+    )
+    busy.run(0, 600, 1.2, p_stream=0.5, drain=False)
+    t, warns = 0.0, []
+    for _ in range(3):  # DP1 serves a burst, goes idle, warns, stays idle a while
+        t = spot.run(t, t + E.rng.uniform(30, 60), 0.8, p_stream=0.5, drain=True)
+        tw = t + E.rng.uniform(0.05, 0.3)
+        evict = E.rng.randint(20_000, 60_000)
+        for i in range(2):
+            E.doc.rec(
+                tw + i * 0.009,
+                "token_to_kv_pool_allocator memory leak detected! self.max_total_num_tokens="
+                "300000, available_size=%d, evictable_size=%d, protected_size=0, session_held=0"
+                % (300_000 - evict - 512, evict),
+                "DP1 TP%d" % i,
+            )
+        warns.append(tw)
+        t = tw + E.rng.uniform(60, 110)
+    end = min(t, 590.0)
+    E.probe(0, end, "/health", 10.0, "10.15.0.1")
+    E.write("sglang.log", texts([x for x in E.doc.lines() if x[0] <= end]))
+    E.stamp_file("sglang.log", E.clock.utc(end) + timedelta(minutes=20))
+    return E, entry(
+        "repeated-idle-leak-warning",
+        [
+            item(
+                "idle-memory-leak",
+                E.iso(warns[0], True),
+                ["DP1 TP0", "DP1 TP1"],
+                "replica DP1's own scheduler is "
+                "idle when it warns (replica DP0's batches do not make DP1 busy): a real leak on DP1",
+            ),
+        ],
+        variation="0.5.10 plain data parallelism (`DPd TPt`, independent replicas): one replica leaks at its "
+        "idle periods while the other keeps serving",
+    )
+
+
 ENGINES = [
     wgf_minute_straddle,
     wgf_journald_quote,
@@ -3472,6 +3540,7 @@ ENGINES = [
     rilw_issue_fence,
     rilw_kubectl_subset,
     rilw_dp_journald,
+    rilw_dp_replica_idle_while_other_busy,
     tna_two_nodes_kubectl,
     tna_timeless_journald,
     tna_utc_glog_beside_local,
