@@ -84,8 +84,9 @@ def _from_watchdogs(store: Store, seg: Segment, stall: dict | None) -> tuple[lis
     after = stall["onset"] if stall and stall.get("ts_basis") == "read" else datetime.min
     fired = store.query(
         f"""WITH wd AS (
-              SELECT rank, ts, path, line, TRY_CAST(json_extract_string(attrs, '$.timeout') AS DOUBLE) AS timeout
-              FROM events WHERE engine = ? AND kind = 'watchdog_timeout' AND ts > ? AND rank <> '' {w}
+              SELECT rank, fired_at AS ts, path, line,
+                     TRY_CAST(json_extract_string(attrs, '$.timeout') AS DOUBLE) AS timeout
+              FROM watchdog_fires WHERE engine = ? AND fired_at > ? AND rank <> '' {w}
               AND coalesce(json_extract_string(attrs, '$.who'), 'Scheduler') = 'Scheduler')
             SELECT rank, min(ts) AS fired_at, arg_min(path, (ts, path, line)) AS path,
                    arg_min(line, (ts, path, line)) AS line, max(timeout) AS timeout

@@ -175,10 +175,13 @@ def _inferred_stall(store: Store, seg: Segment, end: datetime | None) -> dict | 
     the engine was stuck since (fire time - timeout)."""
     w, p = seg.where()
     rows = store.query(
-        f"""SELECT kind, ts, path, line, attrs FROM events WHERE engine = ? {w} AND ts IS NOT NULL
-            AND (kind = 'watchdog_timeout'
-                 OR (kind = 'torch_nccl' AND json_extract_string(attrs, '$.event') = 'collective_timeout'))
-            ORDER BY ts, line LIMIT 1""", [seg.engine, *p])
+        f"""SELECT kind, ts, path, line, attrs FROM (
+                SELECT engine, 'watchdog_timeout' AS kind, fired_at AS ts, path, line, attrs
+                FROM watchdog_fires
+                UNION ALL
+                SELECT engine, kind, ts, path, line, attrs FROM events
+                WHERE kind = 'torch_nccl' AND json_extract_string(attrs, '$.event') = 'collective_timeout')
+            WHERE engine = ? {w} AND ts IS NOT NULL ORDER BY ts, line LIMIT 1""", [seg.engine, *p])
     if not rows:
         return None
     r = rows[0]

@@ -104,7 +104,7 @@ def gather(store: Store, engine: str) -> Evidence:
     stalls = store.query("SELECT * FROM stalls WHERE engine = ? ORDER BY onset DESC", [engine])
     ev.stall = stalls[0] if stalls else None
     ev.watchdogs = store.query(
-        "SELECT rank, min(ts) AS ts FROM events WHERE engine = ? AND kind = 'watchdog_timeout' AND rank <> '' "
+        "SELECT rank, min(fired_at) AS ts FROM watchdog_fires WHERE engine = ? AND rank <> '' "
         "GROUP BY rank ORDER BY ts", [engine])
     ev.torch = store.query(
         "SELECT pg, seq, any_value(op) AS op, list(DISTINCT rank ORDER BY rank) AS ranks, min(ts) AS ts "

@@ -7,9 +7,10 @@ from __future__ import annotations
 from .vllm_patterns import VLLM_LINE
 
 # -- line prefixes ("envelopes" of the payload: SGLang, glog, NCCL debug, vLLM, uvicorn) --------
+# torch before 2.3 prints no time: '[rank2]:[E ProcessGroupNCCL.cpp:523] ...', '[E ProcessGroupNCCL.cpp:475] ...'
 GLOG = (
-    r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
-    r"(?:\d+ )?(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<gmsg>.*)$"
+    r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?:(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
+    r"(?:\d+ )?| )(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<gmsg>.*)$"
 )
 NCCL_DEBUG = r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|ERROR|TRACE|ABORT)"
 VLLM = VLLM_LINE          # vLLM V0/V1 records: vllm_patterns

@@ -67,6 +67,8 @@ VIEW_NOTES = {
                       "the last mark before it.",
     "nccl_progress": "torch ProcessGroupNCCL progress per rank and process group, compared within the group: "
                      "a rank behind the group's furthest completed collective is the suspect.",
+    "watchdog_fires": "One row per scheduler watchdog timeout line, with when the watchdog fired: the first line "
+                      "of the same rank's dump before it (py-spy runs for seconds between the two).",
 }
 VIEW_NOTES.update({
     "captures": "One row per `hangforensics capture` bundle read (its manifest.json): host, command, options, "
@@ -144,6 +146,13 @@ VIEW_COLUMNS: dict[str, dict[str, str]] = {
                              "NULL when not seen",
         "nccl_version": "NCCL version the log prints, when it does", "torch_version": "torch version the log prints",
         "release_hint": "SGLang release family the log formats point at",
+    },
+    "watchdog_fires": {
+        "engine": "the engine", "path": "file of the timeout line", "line": "its line",
+        "ts": "when the timeout line was printed, on the main log's clock",
+        "rank": "the rank whose watchdog fired", "attrs": "the timeout line's attributes (timeout, soft, who)",
+        "fired_at": "when the watchdog fired: the first line of the rank's dump before the timeout line (debug "
+                    "info, batch info or py-spy record, within 60 s), else the timeout line's time",
     },
     "nccl_progress": {
         "engine": "the engine", "pg": "process group (PG GUID, else PG ID)",

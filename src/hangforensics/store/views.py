@@ -113,6 +113,24 @@ VIEWS = {
              LEFT JOIN torch USING (engine)
         GROUP BY ALL
     """,
+    # One row per scheduler watchdog timeout line, with the time the watchdog fired: the first line of the
+    # same rank's dump before it (debug info / batch info / py-spy record), else the timeout line itself.
+    # py-spy --native runs for seconds between the two, so timeout lines of ranks that fired together can
+    # be seconds apart.
+    "watchdog_fires": """
+        WITH t AS (
+            SELECT engine, path, line, ts, rank, attrs FROM events WHERE kind = 'watchdog_timeout'),
+        d AS (
+            SELECT engine, rank, ts FROM events
+            WHERE kind IN ('watchdog_debug_info', 'watchdog_batch_info', 'pyspy_dump', 'pyspy_failed')
+              AND ts IS NOT NULL AND rank <> '')
+        SELECT t.*, COALESCE((
+            SELECT min(d.ts) FROM d
+            WHERE d.engine = t.engine AND d.rank = t.rank AND d.ts <= t.ts AND d.ts >= t.ts - INTERVAL 60 SECOND
+              AND NOT EXISTS (SELECT 1 FROM t p WHERE p.engine = t.engine AND p.rank = t.rank
+                              AND p.ts < t.ts AND p.ts >= d.ts)), t.ts) AS fired_at
+        FROM t
+    """,
     # torch ProcessGroupNCCL progress per rank and process group, compared within the group:
     # ranks stuck on the same SeqNum agree; a rank behind the group's furthest, or absent, is the suspect.
     "nccl_progress": """

@@ -16,11 +16,14 @@ if TYPE_CHECKING:
 
 
 class _Kubectl(_PrefixLayer):
+    """``kubectl logs --timestamps``, with ``--prefix`` (several pods or containers in one stream) each
+    line first names its source: ``[pod/sglang-1/sglang] 2026-05-24T03:44:45.123Z ...``."""
+
     name = "kubectl"
-    rx = re.compile(r"^" + _ISO + _ZONE + r"(?: |$)", re.ASCII)
+    rx = re.compile(r"^(?:\[pod/[^\s\]]+\] )?" + _ISO + _ZONE + r"(?: |$)", re.ASCII)
 
     def prefix(self) -> str:
-        return r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d) "
+        return r"(?:\[pod/[^\s\]]+\] )?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d) "
 
     def run(self, it: _Items, final: bool) -> _Items:
         # the hot path of the commonest envelope: inlined (no method call per line)
