@@ -92,6 +92,18 @@ class _Layer:
         return None
 
 
+class _JoiningLayer(_Layer):
+    """A collector that splits long lines into parts (CRI ``P``/``F`` tags, docker's 16 KiB pieces, JSON
+    lines' partial flags): its ``_Joiner`` holds a line's parts until the last one arrives."""
+
+    def __init__(self, param: str, u: Unwrapper) -> None:
+        super().__init__(param, u)
+        self.j = _Joiner(u)
+
+    def pending_first(self) -> int | None:
+        return self.j.pending_first()
+
+
 class _PrefixLayer(_Layer):
     """A prefix on every line, stripped where it matches (a line without it is kept whole)."""
 
