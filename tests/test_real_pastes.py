@@ -98,6 +98,9 @@ def test_expected_findings(reports: dict, name: str):
     verdict = doc["engines"][0]["verdict"].lower()
     for word in exp.get("verdict_contains", []):
         assert word.lower() in verdict, verdict
+    advice = " ".join(doc["engines"][0]["capture_next"]).lower()
+    for words in exp.get("capture_next_contains", []):
+        assert words.lower() in advice, advice
 
 
 @pytest.mark.parametrize("name", CASES)
