@@ -125,7 +125,11 @@ def gather(store: Store, engine: str) -> Evidence:
     ev.snapshots = facts_in_words(store.query(
         "SELECT * FROM snapshot_facts WHERE engine = ? AND status <> 'unknown'", [engine]))
     ev.deaths = store.query(
-        """SELECT kind, rank, ts, message FROM events WHERE engine = ? AND (kind IN (SELECT unnest(?))
+        # a traceback pasted without its log line speaks through its exception line
+        """SELECT kind, rank, ts,
+                  CASE WHEN regexp_matches(message, '^(Traceback|  File )') THEN COALESCE(attrs->>'exception', message)
+                       ELSE message END AS message
+           FROM events WHERE engine = ? AND (kind IN (SELECT unnest(?))
              OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck')))
            ORDER BY ts NULLS LAST, line LIMIT 3""", [engine, list(DEATH_KINDS)])
     if vllm_summary.is_vllm(store, engine):
@@ -187,7 +191,7 @@ def _verdict(ev: Evidence) -> str:
     for f in ev.of("known-signature"):
         parts.append(f"matches the known signature {f['signature']}")
     for f in ev.of("idle-memory-leak"):
-        parts.append(f"a real memory leak on {compact_ranks(f['ranks'])}"
+        parts.append("a real memory leak" + (f" on {compact_ranks(f['ranks'])}" if f["ranks"] else "")
                      + (f" (reported {f['count']} times)" if (f.get("count") or 1) > 1 else ""))
     if not parts and ev.of("watchdog-kill"):
         f = ev.of("watchdog-kill")[0]
@@ -299,7 +303,11 @@ def capture_next(ev: Evidence) -> list[str]:
     elif ev.torch:
         out.append("the ProcessGroupNCCL timeout lines of every rank (each rank's stderr), and the group's size "
                    "(the server or launcher arguments)")
-    if ev.deaths and not have_stacks:
+    for f in ev.of("idle-memory-leak"):
+        if f["ts"] is None or not f["ranks"]:
+            out.append("the server log around the failed memory check, with its line prefixes: when it failed, on "
+                       "which rank, and the server arguments (which pools, which cache) of that run")
+    if ev.deaths and not have_stacks and not ev.of("idle-memory-leak"):
         # a dead process cannot be dumped afterwards: the stacks must be taken while it hangs, before the
         # RPC timeout, the heartbeat monitor or the watchdog kills it
         out.append(f"next time, stacks taken while the engine hangs, before it is killed: py-spy dump --native of "

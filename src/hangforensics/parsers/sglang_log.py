@@ -24,6 +24,7 @@ from .linemap import LineMap
 from .sglang_patterns import (
     ACCESS,
     ACCESS_HEAD,
+    BARE_TRACEBACK,
     BATCH,
     BATCH_FLOAT_KEYS,
     BATCH_INT_KEYS,
@@ -143,6 +144,7 @@ def classify(texts: list[str]) -> pl.DataFrame:
           .with_columns(pl.coalesce(pl.col("k2"), pl.when(pl.col("kind") != "?").then(pl.col("kind")), pl.col("k3"))
                         .alias("kind"))
           .drop("k2", "k3").sort("i"))
+    df = _bare_traceback_start(df)
     df = df.with_columns(
         pl.col("kind").is_not_null().alias("start"),
         (pl.col("body").str.strip_chars() == "").alias("blank"),
@@ -159,6 +161,17 @@ def classify(texts: list[str]) -> pl.DataFrame:
     )
     return df
 
+
+def _bare_traceback_start(df: pl.DataFrame) -> pl.DataFrame:
+    """A traceback before the first record (pasted without the 'Scheduler hit an exception' line that
+    introduced it) is an undated exception record of its own; inside a record it stays a continuation."""
+    first = df.filter(pl.col("kind").is_not_null()).get_column("i").min()
+    lead = df if first is None else df.filter(pl.col("i") < first)
+    tb = lead.filter(pl.col("body").str.contains(BARE_TRACEBACK)).get_column("i")
+    if not tb.len():
+        return df
+    return df.with_columns(pl.when(pl.col("i") == tb.min()).then(pl.lit("scheduler_exception"))
+                           .otherwise(pl.col("kind")).alias("kind"))
 
 
 def parse_chunk(lines: list[str], first_line: int, ctx: FileContext, line_numbers: list[int] | None = None,

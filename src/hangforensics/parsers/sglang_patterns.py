@@ -112,6 +112,10 @@ ACCESS_HEAD = r"^(?:INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL):\s+\S* - \""
 
 
 
+# A Python traceback pasted without the log line that introduced it (its top may be cut: it then starts at a
+# frame). Python's frames read 'File "...", line N, in f'; faulthandler's have no comma ('line N in f').
+BARE_TRACEBACK = (r'^(?:Traceback \(most recent call last\):'
+                  r'|  File "[^"]*/(?:sglang|vllm|torch)/[^"]*", line \d+, in \S)')
 FAULTHANDLER_START = r"^(?:Fatal Python error: |Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!$)"
 NON_PREFIXED_KINDS = [("torch_nccl", GLOG), ("nccl_debug", NCCL_DEBUG), ("vllm", VLLM), ("access", BARE_ACCESS),
                       ("environment", ENVIRONMENT), ("faulthandler", FAULTHANDLER_START)]

@@ -16,6 +16,7 @@ from ..parsers.flight_recorder import looks_like_flight_recorder
 from ..parsers.gpu import looks_like_nvidia_smi
 from ..parsers.nccl_ras import looks_like_nccl_ras
 from ..parsers.process_snapshot import looks_like_process_snapshot
+from ..parsers.sglang_patterns import BARE_TRACEBACK
 from .envelopes import EnvelopeStack
 from .logfile import head_text, open_binary
 from .payload import head_lines, sniff
@@ -30,6 +31,8 @@ LOG_SNIFF = re.compile(
     re.M,
 )
 
+
+BARE_TRACEBACK_SNIFF = re.compile(BARE_TRACEBACK, re.M)
 
 STACK_KINDS = ("pyspy_dump", "pyspy_json", "gdb_dump", "faulthandler_dump", "native_trace")
 # The JSON files of a `hangforensics capture` bundle (interface.md §6).
@@ -106,6 +109,8 @@ def payload_kind(head: str, lines: list[str]) -> str:
         return "faulthandler_dump"
     if native_trace.looks_like_trace(lines):
         return "native_trace"
+    if BARE_TRACEBACK_SNIFF.search(head):
+        return "server_log"                 # a traceback of the engine's code pasted without its log line
     return "unknown"
 
 

@@ -146,6 +146,11 @@ def _dump_entries(store: Store, engine: str, path: str, lines: set[int]) -> dict
             + (f", input sizes {r['sizes']}" if r["sizes"] else "") for r in rows}
 
 
+def _at(ts: datetime | None, fmt: str = "%H:%M:%S") -> str:
+    """' at <time>', or nothing for evidence that prints no time (a pasted traceback)."""
+    return f" at {ts.strftime(fmt)}" if ts is not None else ""
+
+
 def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[str]:
     """Plain sentences, most important first."""
     by_rule = defaultdict(list)
@@ -154,7 +159,7 @@ def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[s
     out: list[str] = []
     if "stall-onset" in by_rule:
         f = by_rule["stall-onset"][0]
-        out.append(f"{engine} stopped making forward progress at {f['ts']:%Y-%m-%d %H:%M:%S} while work was "
+        out.append(f"{engine} stopped making forward progress{_at(f['ts'], '%Y-%m-%d %H:%M:%S')} while work was "
                    f"still pending, and never resumed.")
     for f in by_rule.get("all-ranks-frozen", []):
         out.append(f"All {len(f['ranks'])} ranks froze within the same second: a shared deadlock "
@@ -170,14 +175,14 @@ def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[s
                    f"liveness probes cannot see this hang, and load balancers kept routing to it.")
     for f in by_rule.get("watchdog-kill", []):
         hard = "took the engine down" in f["title"]
-        out.append(f"The scheduler watchdog fired at {f['ts']:%H:%M:%S} on {len(f['ranks'])} rank(s)"
+        out.append(f"The scheduler watchdog fired{_at(f['ts'])} on {len(f['ranks'])} rank(s)"
                    + (" and took the engine down." if hard else " (soft: it only dumped)."))
     if by_rule.get("busy-leak-report"):
         out.append("The memory 'leak' printed in the watchdog dump is a red herring: it counts the in-flight "
                    "batch's own KV pages. Do not chase a KV-cache leak.")
     for f in by_rule.get("idle-memory-leak", []):
-        out.append(f"A real memory leak: the idle-path check failed on {', '.join(f['ranks'])} at "
-                   f"{f['ts']:%H:%M:%S}.")
+        on = f" on {', '.join(f['ranks'])}" if f["ranks"] else ""
+        out.append(f"A real memory leak: the idle-path check failed{on}{_at(f['ts'])}.")
     if not out:
         out.append(f"No hang found in {engine}'s evidence: it was busy, slow or idle, not stalled.")
     return out
