@@ -357,14 +357,21 @@ class _Reader:
             self.start_process(lno, text[m.start():])       # another process's dump starts mid-line
             self.in_dump = True
         m = HEADER_TAIL_RE.search(text)
+        g = GARBLED_HEADER_RE.match(text)
         if m and _tid_ok(m.group("tid")):
             # the header itself is intact (it ends the line): its thread is certain, and in a dump read
             # line by line the frames after it are attributed to it
             self.open_thread(_norm_tid(m.group("tid")), m.group("cur") == "Current thread", m.group("name"), lno)
-        elif (m := GARBLED_HEADER_RE.match(text)) and _tid_ok(m.group("tid")):
+        elif g and _tid_ok(g.group("tid")):
             # its id is intact, its literal broken by another writer: the thread existed, nothing after it is certain
-            self.open_thread(_norm_tid(m.group("tid")), m.group("cur") == "Current thread", None, lno)
+            self.open_thread(_norm_tid(g.group("tid")), g.group("cur") == "Current thread", None, lno)
             self.thread = None
+        else:
+            return
+        if self.unmatched and self.unmatched[-1] == i:
+            # the line gave its thread a row: it is read, not kept in unparsed as well
+            self.unmatched.pop()
+            self.consumed.add(i)
 
     def finish(self) -> None:
         """A cut-like last line is a paste's end, not a second writer: the dump is as garbled as before it."""
@@ -378,6 +385,9 @@ class _Reader:
             for p in self.processes:
                 p.threads = [t for t in p.threads if t.line != lno]
             self.processes = [p for p in self.processes if p.threads or p.line != lno]
+            if i not in self.unmatched:
+                self.consumed.discard(i)
+                self.unmatched.append(i)
         elif thread is not None:
             thread.fragment = thread.fragment or "cut"
             thread.line_end = lno
