@@ -71,9 +71,18 @@ def test_views_equal_golden(corpus: str) -> None:
     assert_same(gen.snapshot_corpus(corpus), expected(corpus))
 
 
-def test_split_log_equals_golden(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The generated log cut into byte ranges parsed by worker processes gives the same views as one
-    process reading it whole."""
+@pytest.mark.parametrize("corpus", list(gen.CORPORA))
+def test_scanner_views_equal_golden(corpus: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every plain log read through the compiled scanner (sglang_fast), however small, gives the same views."""
+    monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", "0")
+    assert_same(gen.snapshot_corpus(corpus), expected(corpus))
+
+
+@pytest.mark.parametrize("scan_min", ["0", str(1 << 40)])
+def test_split_log_equals_golden(monkeypatch: pytest.MonkeyPatch, scan_min: str) -> None:
+    """The generated log cut into byte ranges parsed by worker processes (with the scanner and without)
+    gives the same views as one process reading it whole."""
+    monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", scan_min)
     monkeypatch.setattr(pipeline, "PARALLEL_MIN_BYTES", 1024)
     monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1024)
     assert_same(gen.snapshot_corpus("big", jobs=2), expected("big"))

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 
@@ -161,12 +162,31 @@ def head_hash(path: Path, nbytes: int = HEAD_BYTES) -> str:
     return hashlib.sha1(data).hexdigest()
 
 
-@dataclass
 class Chunk:
-    first_line: int        # 1-based line number of lines[0]
-    lines: list[str]       # decoded, without line endings (CR stripped)
-    end_offset: int        # decompressed byte offset just after the last complete line
-    eof: bool
+    """Complete lines of a file, decoded, without line endings (CR stripped): as Python strings, or (read
+    with ``column=True``) as one polars String column, so that a large log never holds a Python string
+    per line; ``lines`` then materialises them on demand."""
+
+    __slots__ = ("first_line", "end_offset", "eof", "column", "raw", "_lines")
+
+    def __init__(self, first_line: int, lines: list[str] | None, end_offset: int, eof: bool,
+                 column: Any = None, raw: bytes | None = None) -> None:
+        self.first_line = first_line      # 1-based line number of the first line
+        self.end_offset = end_offset      # decompressed byte offset just after the last complete line
+        self.eof = eof
+        self.column = column              # a polars String Series, or None
+        self.raw = raw                    # the column's bytes (valid UTF-8, NULs removed), when it was split
+        self._lines = lines               # natively; None when a line needed the Python path
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = self.column.to_list() if self.column is not None else []
+        return self._lines
+
+    @property
+    def count(self) -> int:
+        return len(self.column) if self._lines is None and self.column is not None else len(self.lines)
 
 
 @dataclass
@@ -247,7 +267,7 @@ RECORD_START = re.compile(rb"\n(?:\(\w+ pid=\d+[^)]*\)\s*)?\[(?:\d{4}-\d\d-\d\d 
 def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                 chunk_bytes: int = CHUNK_BYTES, records: bool = False, end_offset: int | None = None,
                 notes: ReadNotes | None = None, hold_partial: bool = False,
-                record_start: re.Pattern[bytes] | None = None) -> Iterator[Chunk]:
+                record_start: re.Pattern[bytes] | None = None, column: bool = False) -> Iterator[Chunk]:
     """Yield complete lines in bounded chunks, from ``start_offset`` (a line boundary) to ``end_offset``
     (default: the end of the file).
 
@@ -257,6 +277,7 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
     and counted in ``notes``: NUL bytes are removed (a leading run is skipped), invalid UTF-8 becomes
     U+FFFD, a line longer than MAX_LINE_BYTES keeps its start, a damaged gzip yields what it holds.
     ``hold_partial``: a last line without its newline (a live file mid-write) is not yielded.
+    ``column``: each chunk's lines as one polars String column (``Chunk.column``), split in native code.
     """
     notes = notes if notes is not None else ReadNotes()
     starts = (record_start or RECORD_START) if records else None
@@ -303,9 +324,12 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                         body = body[:keep]
                 if body:
                     offset += len(body)
-                    lines = _decode_lines(body, line_no, notes)
-                    yield Chunk(line_no, lines, offset, eof)
-                    line_no += len(lines)
+                    if column:
+                        chunk = Chunk(line_no, None, offset, eof, *_decode_column(body, line_no, notes))
+                    else:
+                        chunk = Chunk(line_no, _decode_lines(body, line_no, notes), offset, eof)
+                    yield chunk
+                    line_no += chunk.count
                 if eof:
                     if isinstance(f, GzipStream) and f.damage:
                         notes.damage = f.damage
@@ -350,6 +374,45 @@ def _decode_lines(body: bytes, line_no: int, notes: ReadNotes) -> list[str]:
                 if len(s) > notes.longest[0]:
                     notes.longest = (len(s), line_no + i)
     return lines
+
+
+def _decode_column(body: bytes, line_no: int, notes: ReadNotes) -> tuple[Any, bytes | None]:
+    """``_decode_lines`` as one polars String column, the lines split by polars' native CSV reader (one
+    field per line: no separator or quote character can occur): no Python object per line.  Bytes the
+    reader would treat otherwise (invalid UTF-8, a byte-order mark, the separator byte) take the Python
+    path, and so does any disagreement on the line count.  Also returns the bytes split (None after the
+    Python path)."""
+    import polars as pl
+
+    if b"\x00" in body:
+        notes.nul_bytes += body.count(b"\x00")
+        body = body.replace(b"\x00", b"")
+    n = body.count(b"\n") + (0 if body.endswith(b"\n") or not body else 1)
+    col = None
+    if n and b"\x01" not in body and not body.startswith(b"\xef\xbb\xbf") and _valid_utf8(body):
+        col = pl.read_csv(body, has_header=False, separator="\x01", quote_char=None, schema={"text": pl.String},
+                          infer_schema=False).to_series().fill_null("")
+        if len(col) != n:
+            col = None
+    if col is None:
+        return pl.Series("text", _decode_lines(body, line_no, notes), dtype=pl.String), None
+    if len(body) > LONG_LINE_BYTES and (col.str.len_bytes().max() or 0) > LONG_LINE_BYTES:
+        chars = col.str.len_chars()
+        for i in (chars > LONG_LINE_BYTES).arg_true().to_list():
+            notes.long_lines += 1
+            if chars[i] > notes.longest[0]:
+                notes.longest = (chars[i], line_no + i)
+    return col, body
+
+
+def _valid_utf8(body: bytes) -> bool:
+    if body.isascii():
+        return True
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def offset_of_line(path: Path, offset: int, line: int, target: int) -> int:

@@ -1,0 +1,140 @@
+"""The fast path of a plain SGLang log chunk: the compiled scanner (``sglang_scan``) takes the bulk (batch
+and access lines it reads with certainty), the general parser (``sglang_log.parse_chunk``) everything else.
+
+The general parser sees every line that is not bulk, and every bulk line next to one (the first and the
+last of each run of bulk lines, and the chunk's first and last line).  That keeps what it derives from
+a line's neighbours exact: a record's continuation lines end at the next start, a record without a time
+takes its year from the nearest dated record before or after it, an access line without a time is dated
+by the record above it.  The chunk-level facts (release traits, clock steps backwards, the last time)
+are computed over all records in file order.  Rows are numbered by the file's lines.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from .sglang_log import FileContext, Parsed, chunk_facts, parse_chunk
+
+# Below this many bytes a read uses the general parser alone: the scanner's start-up (numba, its compiled
+# code loaded from the cache: about 0.5 s of CPU per process) would cost more than it saves.
+SCAN_MIN_BYTES = 16 * 1024 * 1024
+
+
+def scan_min_bytes() -> int:
+    """SCAN_MIN_BYTES, or HANGFORENSICS_SCAN_MIN_BYTES (the tests run every corpus through the scanner)."""
+    return int(os.environ.get("HANGFORENSICS_SCAN_MIN_BYTES", SCAN_MIN_BYTES))
+
+
+def parse_plain_chunk(col: pl.Series, raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
+    """Parse the lines ``col`` of a plain log (``raw``: their bytes) as ``parse_chunk`` does."""
+    from . import sglang_scan as sc
+
+    buf = np.frombuffer(raw, np.uint8)
+    kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart = sc.scan(buf)
+    n = len(col)
+    if len(kind) != n:                        # the column and the scanner disagree on lines: no shortcut
+        return parse_chunk(col, first_line, ctx)
+    bulk = (kind == sc.BATCH) | (kind == sc.ACCESS)
+    other = ~bulk
+    near = np.zeros(n, np.bool_)
+    near[1:] |= other[:-1]
+    near[:-1] |= other[1:]
+    near[0] = near[-1] = True
+    fast = bulk & ~near
+    keep = np.flatnonzero(~fast)
+    line_of = np.arange(first_line, first_line + n, dtype=np.int64)
+    out = parse_chunk(col.gather(keep), first_line, ctx, line_numbers=line_of[keep].tolist(), whole=False)
+    starts = np.r_[0, np.flatnonzero(buf == 10) + 1][:n]
+    rank = rank - starts[:, None]
+    spans = spans.copy()
+    spans[:, :6] -= starts[:, None]
+    fb = np.flatnonzero(fast & (kind == sc.BATCH))
+    fa = np.flatnonzero(fast & (kind == sc.ACCESS))
+    for table, rows in _bulk_frames(ctx, col, fb, fa, line_of, ts, rank, ival, ist, fval, fst, graph, flags,
+                                    spans).items():
+        have = out.tables.get(table)
+        if rows.height:
+            out.tables[table] = rows if have is None or not have.height else \
+                pl.concat([have, rows], how="vertical_relaxed").sort("line")
+    fi = np.flatnonzero(fast)
+    t = col.gather(fi)
+    bulk_starts = pl.DataFrame({
+        "line": line_of[fi], "ts_dt": pl.Series(ts[fi]).cast(pl.Datetime("us")),
+        "msg": pl.DataFrame({"t": t, "a": mstart[fi] - starts[fi]}).select(pl.col("t").str.slice(pl.col("a")))
+        .to_series(),
+        "ranks": _strings(t, rank[fi, 0], rank[fi, 1]),
+    }).with_columns(pl.when(pl.col("ranks") != "").then(pl.lit(" ") + pl.col("ranks")).otherwise(pl.lit(""))
+                    .alias("ranks"))
+    assert out.starts is not None
+    chunk_facts(pl.concat([out.starts.with_columns(pl.col("ts_dt").cast(pl.Datetime("us"))), bulk_starts])
+                .sort("line"), ctx, out)
+    out.starts = None
+    _record_time(out, ctx)
+    out.lines = n
+    return out
+
+
+def _record_time(out: Parsed, ctx: FileContext) -> None:
+    """The dated record furthest down the chunk (access lines without a time of their own in the next chunk
+    are dated by it), when the chunk has access lines (as ``_date_bare_access`` keeps it)."""
+    access = out.tables.get("http_requests")
+    if not isinstance(access, pl.DataFrame) or not access.height:
+        return
+    frames = [f for f in (access, out.tables.get("batches"), out.tables.get("events"))
+              if isinstance(f, pl.DataFrame) and f.height]
+    last = [f.filter(pl.col("ts").is_not_null()).select(pl.col("line").max(), pl.col("ts").sort_by("line").last())
+            .row(0) for f in frames]
+    last = [r for r in last if r[0] is not None]
+    if last:
+        ctx.record_ts = max(last)[1]
+
+
+def _strings(texts: pl.Series, begin: np.ndarray, end: np.ndarray) -> pl.Series:
+    """Substrings [begin, end) of ASCII lines (bulk lines are ASCII: bytes are characters)."""
+    return pl.DataFrame({"t": texts, "a": begin, "n": end - begin}).select(
+        pl.col("t").str.slice(pl.col("a"), pl.col("n"))).to_series()
+
+
+def _masked(values: np.ndarray, status: np.ndarray) -> pa.Array:
+    return pa.array(values, mask=status != 1)
+
+
+def _bulk_frames(ctx: FileContext, col: pl.Series, fb: np.ndarray, fa: np.ndarray, line_of: np.ndarray,
+                 ts: np.ndarray, rank: np.ndarray, ival: np.ndarray, ist: np.ndarray, fval: np.ndarray,
+                 fst: np.ndarray, graph: np.ndarray, flags: np.ndarray, spans: np.ndarray) -> dict[str, pl.DataFrame]:
+    """``batches`` and ``http_requests`` rows of the bulk lines the general parser does not see."""
+    from .sglang_scan import FLOAT_COLS, INT_COLS, NINT
+
+    out: dict[str, pl.DataFrame] = {}
+    if len(fb):
+        pend, pst = ival[fb, 1 + NINT:], ist[fb, 1 + NINT:]
+        cols: dict[str, pa.Array] = {
+            "line": pa.array(line_of[fb]), "ts": pa.array(ts[fb]).cast(pa.timestamp("us")),
+            "forward_iter": _masked(ival[fb, 0], ist[fb, 0])}
+        for k, c in enumerate(INT_COLS):
+            cols[c] = _masked(ival[fb, 1 + k], ist[fb, 1 + k])
+        for k, c in enumerate(FLOAT_COLS):
+            cols[c] = _masked(fval[fb, k], fst[fb, k])
+        cols["graph"] = pa.array(graph[fb] == 1, mask=graph[fb] < 0)
+        # PD lines: the sum of the counters read (none read: 0, as polars' sum_horizontal)
+        cols["pending_req"] = pa.array(np.where(pst == 1, pend, 0).sum(axis=1), mask=flags[fb, 1] != 1)
+        t = col.gather(fb)
+        out["batches"] = pl.from_arrow(pa.table(cols)).select(
+            pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), "line", "ts",
+            _strings(t, rank[fb, 0], rank[fb, 1]).alias("rank"),
+            pl.Series("batch_kind", np.where(flags[fb, 0] == 1, "Prefill", "Decode")).cast(pl.String),
+            "forward_iter", *INT_COLS, *FLOAT_COLS, "graph", "pending_req")
+    if len(fa):
+        t = col.gather(fa)
+        sp = spans[fa]
+        out["http_requests"] = pl.DataFrame({
+            "engine": pl.repeat(ctx.engine, len(fa), eager=True), "file": pl.repeat(ctx.path, len(fa), eager=True),
+            "line": line_of[fa], "ts": pl.Series(ts[fa]).cast(pl.Datetime("us")),
+            "client": _strings(t, sp[:, 0], sp[:, 1]), "method": _strings(t, sp[:, 2], sp[:, 3]),
+            "path": _strings(t, sp[:, 4], sp[:, 5]), "status": pl.Series(sp[:, 6]).cast(pl.Int32),
+        })
+    return out
