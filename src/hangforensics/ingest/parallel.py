@@ -12,7 +12,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -75,27 +75,62 @@ def split_job(job: FileJob, parts: int) -> list[FileJob]:
 
 def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar):
     """Parse files (and byte ranges of large logs) in worker processes, each spilling its row batches as
-    Arrow IPC files; load them here in file order: DuckDB has one writer, and loading overlaps parsing."""
+    Arrow IPC files; load them here in file order: DuckDB has one writer, and loading overlaps parsing.
+    A large log's ranges are submitted a few at a time (``_Ranges``): the spill stays bounded."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
     try:
         with worker_pool(jobs) as pool:
-            submitted = []
+            ranges = _Ranges(pool, tmp, window=jobs + 2)
             with _workers_ignore_ctrl_c():         # workers start on submit: Ctrl-C is the parent's to handle
-                for i, p in enumerate(work):
-                    pieces = split_job(p.job(), jobs * 2) if splittable(p) else [p.job()]
-                    submitted.append((p, [pool.submit(parse_to_ipc, j, str(tmp / f"f{i}-{k}"))
-                                          for k, j in enumerate(pieces)]))
+                whole = {pool.submit(parse_to_ipc, p.job(), str(tmp / f"f{i}")): p
+                         for i, p in enumerate(work) if not splittable(p)}
+                split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
+                ranges.fill()
             # whole small files as they finish; the ranges of a split log in order
-            pending = {futs[0]: (p, futs) for p, futs in submitted if len(futs) == 1}
-            for fut in as_completed(pending):
-                p, _ = pending[fut]
+            for fut in as_completed(whole):
                 manifest, outcome = fut.result()
-                yield p, load_file(store, p, _read_ipc(manifest, outcome))
-            for p, futs in submitted:
-                if len(futs) > 1:
-                    yield p, load_file(store, p, _read_ranges(futs))
+                yield whole[fut], load_file(store, whole[fut], _read_ipc(manifest, outcome))
+            for p, count in split:
+                yield p, load_file(store, p, _read_ranges(ranges.take(count)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# A split log's ranges: small enough that loading the first overlaps parsing the next ones, large enough
+# that a worker's fixed cost per range (the chunk at its start and end) stays small.
+RANGE_BYTES = 64 * 1024 * 1024
+
+
+class _Ranges:
+    """The byte ranges of split logs, submitted in file order with at most ``window`` of them parsed ahead
+    of the loader (their spilled batches wait on disk)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, tmp: Path, window: int) -> None:
+        self.pool, self.tmp, self.window = pool, tmp, window
+        self.todo: list[FileJob] = []
+        self.submitted: list[Any] = []          # futures not yet taken, in order
+        self.next = 0
+
+    def add(self, p: Plan, jobs: int) -> int:
+        """Queue the ranges of one log; return how many there are."""
+        job = p.job()
+        size = (job.end_offset if job.end_offset is not None else job.abs_path.stat().st_size) - job.start_offset
+        pieces = split_job(job, max(jobs * 2, -(-size // RANGE_BYTES)))
+        self.todo += pieces
+        return len(pieces)
+
+    def fill(self) -> None:
+        while self.next < len(self.todo) and len(self.submitted) < self.window:
+            self.submitted.append(self.pool.submit(parse_to_ipc, self.todo[self.next], str(self.tmp / f"r{self.next}")))
+            self.next += 1
+
+    def take(self, count: int) -> Iterator[Any]:
+        """The next ``count`` ranges' futures, in order, the window refilled as each is taken."""
+        for _ in range(count):
+            self.fill()
+            fut = self.submitted.pop(0)
+            yield fut
+            self.fill()
 
 
 @contextlib.contextmanager
@@ -125,16 +160,17 @@ def worker_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
 
 @contextlib.contextmanager
 def _workers_ignore_ctrl_c() -> Iterator[None]:
-    """Ignore SIGINT while worker processes start: they inherit it, so a Ctrl-C (sent to the whole process
-    group) stops the parent alone, which then terminates them, instead of every worker printing a traceback."""
+    """Block SIGINT while worker processes start: they inherit the blocked signal, so a Ctrl-C (sent to the
+    whole process group) stops the parent alone, which then terminates them, instead of every worker
+    printing a traceback; and a Ctrl-C pressed meanwhile reaches the parent as soon as they have started."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def stop_resource_tracker() -> None:
@@ -148,7 +184,7 @@ def stop_resource_tracker() -> None:
             stop()
 
 
-def _read_ranges(futures: list) -> Iterator[tuple[str, Any]]:
+def _read_ranges(futures: Iterable[Any]) -> Iterator[tuple[str, Any]]:
     """The batches of a split log's ranges in file order, with checkpoints and totals made cumulative."""
     from ..parsers.sglang_log import newest_release
 
@@ -184,7 +220,8 @@ def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], File
                 continue
             df = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)
             path = f"{prefix}-{len(manifest)}-{table}.arrow"
-            df.write_ipc(path, compression="lz4")
+            # uncompressed: the loader maps the file instead of decompressing it (its CPU is the bottleneck)
+            df.write_ipc(path, compression="uncompressed")
             manifest.append((table, path))
     except InputError as e:
         return [], FileOutcome(status=f"error: {e}")
@@ -194,12 +231,16 @@ def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], File
 def _read_ipc(manifest: list[tuple[str, str]], outcome: FileOutcome):
     if outcome.status.startswith("error:"):
         raise InputError(outcome.status[len("error: "):])
+    import pyarrow as pa
+
     for table, path in manifest:
         if table == CHECKPOINT:
             yield table, FileOutcome(*json.loads(path))
             continue
-        import polars as pl
-
-        yield table, pl.read_ipc(path)
+        source = pa.memory_map(path)            # the batch is read in place (zero-copy) and loaded
+        rows = pa.ipc.open_file(source).read_all()
+        yield table, rows
+        del rows
+        source.close()
         os.unlink(path)
     return outcome

@@ -20,10 +20,10 @@ from ..store import LOADED_TABLES
 from . import collective_parse
 from .jobs import CHECKPOINT, FileJob, FileOutcome
 
-# The scanner's chunks: larger, as the general parser's fixed cost per chunk (some 25 ms of building and
-# compiling expressions) is then paid on the few lines it still sees; the scanner's arrays hold about
-# 300 bytes per line, the rows about as much: some 100 MB per worker at peak.
-SCAN_CHUNK_BYTES = 16 * 1024 * 1024
+# The scanner's chunks: larger than the general parser's, as its fixed cost per chunk (some 25 ms of
+# building and compiling expressions for the few lines it still sees) is then paid less often; measured
+# on a 64 MB range: 4 MB chunks 1.5 s of CPU, 8 MB 1.2 s, 16 MB 1.1 s; peak RSS 324 / 369 / 444 MB.
+SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 # -- parsing (pure: files in, row batches out) ------------------------------------------------------
@@ -88,10 +88,12 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     scan = plain and _read_size(job) >= scan_min_bytes()
     for chunk in iter_chunks(f.abs_path, job.start_offset, job.start_line, records=True, end_offset=job.end_offset,
                              notes=out.notes, hold_partial=job.hold_partial, record_start=reader.record_start(),
-                             column=plain, chunk_bytes=SCAN_CHUNK_BYTES if scan else CHUNK_BYTES):
+                             column=("raw" if scan else plain), chunk_bytes=SCAN_CHUNK_BYTES if scan else CHUNK_BYTES):
         starts.append((chunk.first_line, max(out.read_bytes, out.notes.leading_nul_bytes)))
-        pay = reader.feed(chunk.column if plain else chunk.lines, chunk.first_line)
-        pay.raw = chunk.raw if scan else None
+        if chunk.column is None and chunk.raw is not None:      # the scanner splits the bytes itself
+            pay = Payload(None, chunk.first_line, physical=chunk.count, raw=chunk.raw)
+        else:
+            pay = reader.feed(chunk.column if plain else chunk.lines, chunk.first_line)
         parsed = _parse_payload(pay, ctx, out)
         out.read_bytes = chunk.end_offset
         next_line = chunk.first_line + chunk.count
@@ -111,7 +113,7 @@ def _parse_payload(pay: Payload, ctx: Any, out: FileOutcome) -> Any:
 
     if pay.plain and pay.raw is not None:
         from ..parsers.sglang_fast import parse_plain_chunk
-        parsed = parse_plain_chunk(pay.lines, pay.raw, pay.first_line, ctx)
+        parsed = parse_plain_chunk(pay.raw, pay.first_line, ctx)
     elif pay.plain:
         parsed = parse_chunk(pay.lines, pay.first_line, ctx)
     else:

@@ -18,6 +18,7 @@ import polars as pl
 import pyarrow as pa
 
 from .sglang_log import FileContext, Parsed, chunk_facts, parse_chunk
+from .sglang_patterns import RELEASE_ORDER
 
 # Below this many bytes a read uses the general parser alone: the scanner's start-up (numba, its compiled
 # code loaded from the cache: about 0.5 s of CPU per process) would cost more than it saves.
@@ -29,15 +30,24 @@ def scan_min_bytes() -> int:
     return int(os.environ.get("HANGFORENSICS_SCAN_MIN_BYTES", SCAN_MIN_BYTES))
 
 
-def parse_plain_chunk(col: pl.Series, raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
-    """Parse the lines ``col`` of a plain log (``raw``: their bytes) as ``parse_chunk`` does."""
+def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
+    """Parse the lines of a plain log chunk (``raw``: its bytes, valid UTF-8) as ``parse_chunk`` does."""
     from . import sglang_scan as sc
 
     buf = np.frombuffer(raw, np.uint8)
-    kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart = sc.scan(buf)
-    n = len(col)
-    if len(kind) != n:                        # the column and the scanner disagree on lines: no shortcut
-        return parse_chunk(col, first_line, ctx)
+    nl = np.flatnonzero(buf == 10)
+    n = len(nl) + (1 if len(buf) and buf[-1] != 10 else 0)
+    if not n:
+        return Parsed()
+    starts = np.r_[0, nl + 1][:n].astype(np.int64)
+    ends = np.r_[nl, len(buf)][:n].astype(np.int64)
+    ends -= (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13)          # CRLF
+    kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart = sc.scan(
+        buf, starts, ends, np.flatnonzero(buf == 91), raw.isascii())
+    # every line as a string view over the bytes, its line ending included (sliced where used)
+    lines = pl.from_arrow(pa.LargeStringArray.from_buffers(n, pa.py_buffer(np.r_[starts, len(buf)]),
+                                                           pa.py_buffer(raw)))
+    assert isinstance(lines, pl.Series)
     bulk = (kind == sc.BATCH) | (kind == sc.ACCESS)
     other = ~bulk
     near = np.zeros(n, np.bool_)
@@ -47,35 +57,45 @@ def parse_plain_chunk(col: pl.Series, raw: bytes, first_line: int, ctx: FileCont
     fast = bulk & ~near
     keep = np.flatnonzero(~fast)
     line_of = np.arange(first_line, first_line + n, dtype=np.int64)
-    out = parse_chunk(col.gather(keep), first_line, ctx, line_numbers=line_of[keep].tolist(), whole=False)
-    starts = np.r_[0, np.flatnonzero(buf == 10) + 1][:n]
+    text = lines.gather(keep).str.strip_suffix("\n").str.strip_suffix("\r")
+    out = parse_chunk(text, first_line, ctx, line_numbers=line_of[keep].tolist(), whole=False)
     rank = rank - starts[:, None]
     spans = spans.copy()
     spans[:, :6] -= starts[:, None]
-    fb = np.flatnonzero(fast & (kind == sc.BATCH))
-    fa = np.flatnonzero(fast & (kind == sc.ACCESS))
-    for table, rows in _bulk_frames(ctx, col, fb, fa, line_of, ts, rank, ival, ist, fval, fst, graph, flags,
-                                    spans).items():
+    fi = np.flatnonzero(fast)
+    ranks = _strings(lines.gather(fi), rank[fi, 0], rank[fi, 1])
+    is_batch = kind[fi] == sc.BATCH
+    fb, fa = fi[is_batch], fi[~is_batch]
+    for table, rows in _bulk_frames(ctx, lines, fb, fa, ranks.filter(pl.Series(is_batch)), line_of, ts, ival, ist,
+                                    fval, fst, graph, flags, spans).items():
         have = out.tables.get(table)
         if rows.height:
             out.tables[table] = rows if have is None or not have.height else \
                 pl.concat([have, rows], how="vertical_relaxed").sort("line")
-    fi = np.flatnonzero(fast)
-    t = col.gather(fi)
-    bulk_starts = pl.DataFrame({
-        "line": line_of[fi], "ts_dt": pl.Series(ts[fi]).cast(pl.Datetime("us")),
-        "msg": pl.DataFrame({"t": t, "a": mstart[fi] - starts[fi]}).select(pl.col("t").str.slice(pl.col("a")))
-        .to_series(),
-        "ranks": _strings(t, rank[fi, 0], rank[fi, 1]),
-    }).with_columns(pl.when(pl.col("ranks") != "").then(pl.lit(" ") + pl.col("ranks")).otherwise(pl.lit(""))
-                    .alias("ranks"))
     assert out.starts is not None
-    chunk_facts(pl.concat([out.starts.with_columns(pl.col("ts_dt").cast(pl.Datetime("us"))), bulk_starts])
-                .sort("line"), ctx, out)
+    chunk_facts(_all_starts(out.starts, ctx, lines, fi, line_of, ts, mstart - starts, ends - starts, ranks), ctx, out)
     out.starts = None
     _record_time(out, ctx)
     out.lines = n
     return out
+
+
+def _all_starts(rest: pl.DataFrame, ctx: FileContext, lines: pl.Series, fi: np.ndarray, line_of: np.ndarray,
+                ts: np.ndarray, msg_at: np.ndarray, end_at: np.ndarray, ranks: pl.Series) -> pl.DataFrame:
+    """The records of the whole chunk in file order (line, ts_dt, msg, ranks) for ``chunk_facts``: the
+    general parser's and the bulk lines'.  Messages are cut only where the release traits are looked
+    for: the first 20000 records, and not once the file is known to be of the newest release."""
+    want = 0 if ctx.release == RELEASE_ORDER[0] else min(len(fi), 20000)
+    head = fi[:want]
+    msgs = _strings(lines.gather(head), msg_at[head], end_at[head])
+    bulk = pl.DataFrame({
+        "line": line_of[fi], "ts_dt": pl.Series(ts[fi]).cast(pl.Datetime("us")),
+        "msg": pl.concat([msgs, pl.repeat(None, len(fi) - want, dtype=pl.String, eager=True)]),
+        # as the prefix printed them: ' TP0' (the grammar's items each start with a blank)
+        "ranks": pl.DataFrame({"r": ranks}).select(
+            pl.when(pl.col("r") != "").then(pl.lit(" ") + pl.col("r")).otherwise(pl.lit(""))).to_series(),
+    })
+    return pl.concat([rest.with_columns(pl.col("ts_dt").cast(pl.Datetime("us"))), bulk]).sort("line")
 
 
 def _record_time(out: Parsed, ctx: FileContext) -> None:
@@ -103,8 +123,8 @@ def _masked(values: np.ndarray, status: np.ndarray) -> pa.Array:
     return pa.array(values, mask=status != 1)
 
 
-def _bulk_frames(ctx: FileContext, col: pl.Series, fb: np.ndarray, fa: np.ndarray, line_of: np.ndarray,
-                 ts: np.ndarray, rank: np.ndarray, ival: np.ndarray, ist: np.ndarray, fval: np.ndarray,
+def _bulk_frames(ctx: FileContext, lines: pl.Series, fb: np.ndarray, fa: np.ndarray, ranks: pl.Series,
+                 line_of: np.ndarray, ts: np.ndarray, ival: np.ndarray, ist: np.ndarray, fval: np.ndarray,
                  fst: np.ndarray, graph: np.ndarray, flags: np.ndarray, spans: np.ndarray) -> dict[str, pl.DataFrame]:
     """``batches`` and ``http_requests`` rows of the bulk lines the general parser does not see."""
     from .sglang_scan import FLOAT_COLS, INT_COLS, NINT
@@ -122,14 +142,12 @@ def _bulk_frames(ctx: FileContext, col: pl.Series, fb: np.ndarray, fa: np.ndarra
         cols["graph"] = pa.array(graph[fb] == 1, mask=graph[fb] < 0)
         # PD lines: the sum of the counters read (none read: 0, as polars' sum_horizontal)
         cols["pending_req"] = pa.array(np.where(pst == 1, pend, 0).sum(axis=1), mask=flags[fb, 1] != 1)
-        t = col.gather(fb)
         out["batches"] = pl.from_arrow(pa.table(cols)).select(
-            pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), "line", "ts",
-            _strings(t, rank[fb, 0], rank[fb, 1]).alias("rank"),
+            pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), "line", "ts", ranks.alias("rank"),
             pl.Series("batch_kind", np.where(flags[fb, 0] == 1, "Prefill", "Decode")).cast(pl.String),
             "forward_iter", *INT_COLS, *FLOAT_COLS, "graph", "pending_req")
     if len(fa):
-        t = col.gather(fa)
+        t = lines.gather(fa)
         sp = spans[fa]
         out["http_requests"] = pl.DataFrame({
             "engine": pl.repeat(ctx.engine, len(fa), eager=True), "file": pl.repeat(ctx.path, len(fa), eager=True),

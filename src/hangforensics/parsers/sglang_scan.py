@@ -68,6 +68,7 @@ _PREFILL = np.frombuffer(b"Prefill batch", np.uint8).copy()
 _DECODE = np.frombuffer(b"Decode batch", np.uint8).copy()
 _TRUE_FALSE = np.frombuffer(b"True|False", np.uint8).copy()
 _HTTP = np.frombuffer(b" HTTP/", np.uint8).copy()
+_POW10 = np.array([10.0 ** k for k in range(23)])      # exact doubles
 NINT = len(INT_COLS)
 NFLOAT = len(FLOAT_COLS)
 NPEND = len(PENDING_KEYS)
@@ -83,7 +84,7 @@ def _space(c: int) -> bool:
     return c == 32 or 9 <= c <= 13
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _digits(buf, p: int, n: int) -> bool:
     for k in range(n):  # noqa: SIM110 (numba compiles no generator)
         if not _digit(buf[p + k]):
@@ -91,7 +92,7 @@ def _digits(buf, p: int, n: int) -> bool:
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _num(buf, p: int, n: int) -> int:
     v = 0
     for k in range(n):
@@ -99,7 +100,7 @@ def _num(buf, p: int, n: int) -> int:
     return v
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _stamp(buf, p: int, end: int) -> bool:
     """``\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d`` at ``p``."""
     if p + 19 > end:
@@ -109,7 +110,7 @@ def _stamp(buf, p: int, end: int) -> bool:
             and _digits(buf, p + 14, 2) and buf[p + 16] == 58 and _digits(buf, p + 17, 2))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _micros(buf, p: int) -> int:
     """The stamp at ``p`` in microseconds since 1970 (naive), or -1 where polars would not read it."""
     y, m, d = _num(buf, p, 4), _num(buf, p + 5, 2), _num(buf, p + 8, 2)
@@ -128,7 +129,7 @@ def _micros(buf, p: int) -> int:
     return (days * 86400 + hh * 3600 + mi * 60 + ss) * 1000000
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _word(buf, p: int, end: int, words) -> int:
     """Length of the first of ``words`` ('|'-separated) at ``p``, or 0."""
     a = 0
@@ -150,7 +151,7 @@ def _word(buf, p: int, end: int, words) -> int:
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ranks_end(buf, p: int, end: int) -> int:
     """End of ``(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\\d+)*`` at ``p`` when a ']' follows it, else -1."""
     while p < end and buf[p] == 32:
@@ -166,16 +167,7 @@ def _ranks_end(buf, p: int, end: int) -> int:
     return p if p < end and buf[p] == 93 else -1
 
 
-@njit(cache=True)
-def _interleaved(buf, s: int, end: int) -> bool:
-    """Whether another record's stamp '[YYYY-MM-DD HH:MM:SS' starts after the line's first character."""
-    for p in range(s + 1, end):  # noqa: SIM110 (numba compiles no generator)
-        if buf[p] == 91 and _stamp(buf, p + 1, end):
-            return True
-    return False
-
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _int(buf, a: int, b: int):
     """(value, status) of a stripped value: status 1 read, 0 empty (null), 2 not a plain integer."""
     while a < b and _space(buf[a]):
@@ -192,7 +184,7 @@ def _int(buf, a: int, b: int):
     return (-v if neg else v), 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _float(buf, a: int, b: int):
     """(value, status) as ``_int``: plain decimals of at most 15 digits, read exactly (one correctly
     rounded division of two exact doubles, as polars' parser rounds)."""
@@ -218,7 +210,7 @@ def _float(buf, a: int, b: int):
             return 0.0, 2
     if nd == 0 or nd > 15 or frac > 22:
         return 0.0, 2
-    v = float(mant) / (10.0 ** frac)
+    v = float(mant) / _POW10[frac]
     return (-v if neg else v), 1
 
 
@@ -256,8 +248,11 @@ def _batch(buf, ms: int, end: int, ival, ist, fval, fst, graph, flags, row: int)
     done = 0                                    # bit per slot: its value was taken
     c = head
     while c < rse:                              # each field start: after the head, or after ', '
-        e = c
+        e = c                                   # the first ': ' (the key before it) and the next ', '
+        n = -1
         while e + 1 < rse and not (buf[e] == 58 and buf[e + 1] == 32):
+            if n < 0 and buf[e] == 44 and buf[e + 1] == 32:
+                n = e
             e += 1
         if e + 1 < rse:                         # key buf[c:e] followed by ': '
             slot = _slot(buf, c, e)
@@ -286,16 +281,17 @@ def _batch(buf, ms: int, end: int, ival, ist, fval, fst, graph, flags, row: int)
                         ival[row, 1 + NINT + slot - PD_SLOT], ist[row, 1 + NINT + slot - PD_SLOT] = v, st
                 if st == 2:
                     status = BATCH_SLOW
-        n = c                                   # the next field starts after the next ', '
-        while n + 1 < rse and not (buf[n] == 44 and buf[n + 1] == 32):
-            n += 1
+        if n < 0:                               # the next field starts after the next ', '
+            n = e
+            while n + 1 < rse and not (buf[n] == 44 and buf[n + 1] == 32):
+                n += 1
         if n + 1 >= rse:
             break
         c = n + 2
     return status
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _slot(buf, c: int, e: int) -> int:
     """Column slot of the key buf[c:e], or -1."""
     if e - c >= 64 or buf[c] >= 128:
@@ -360,15 +356,12 @@ def _access(buf, ms: int, end: int, spans, row: int) -> int:
 
 
 @njit(cache=True)
-def scan(buf):
-    """Per line of ``buf`` (complete lines, each ending in '\\n' but perhaps the last): kind, time (us) and
-    stripped rank span of bulk lines, the typed fields of batch lines, the field spans of access lines."""
-    n = 0
-    for b in buf:
-        if b == 10:
-            n += 1
-    if len(buf) and buf[len(buf) - 1] != 10:
-        n += 1
+def scan(buf, starts, ends, brackets, ascii_all):
+    """Per line [starts[i], ends[i]) of ``buf`` (the line ending excluded): kind, time (us) and stripped
+    rank span of bulk lines, the typed fields of batch lines, the field spans of access lines, and where
+    the message starts.  ``brackets``: the offsets of every '[' in ``buf``; ``ascii_all``: ``buf`` is
+    ASCII (no line needs its own test)."""
+    n = len(starts)
     kind = np.zeros(n, np.int8)
     ts = np.zeros(n, np.int64)
     rank = np.zeros((n, 2), np.int64)
@@ -379,29 +372,38 @@ def scan(buf):
     graph = np.zeros(n, np.int8)
     flags = np.zeros((n, 2), np.int8)          # Prefill, PD line
     spans = np.zeros((n, 7), np.int64)         # client, method, path (start, end), status
-    mstart = np.zeros(n, np.int64)             # where the message starts
-    s = 0
+    mstart = np.zeros(n, np.int64)
+    b = 0
     for row in range(n):
-        e = s
-        while e < len(buf) and buf[e] != 10:
-            e += 1
-        nxt = e + 1
-        if e > s and buf[e - 1] == 13:
-            e -= 1
-        kind[row] = _line(buf, s, e, row, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart)
-        s = nxt
+        s, e = starts[row], ends[row]
+        while b < len(brackets) and brackets[b] <= s:
+            b += 1
+        if _plain(buf, s, e, brackets, b, ascii_all):
+            kind[row] = _line(buf, s, e, row, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart)
     return kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart
+
+
+@njit(cache=True)
+def _plain(buf, s: int, e: int, brackets, b: int, ascii_all: bool) -> bool:
+    """An ASCII line with no other record's stamp '[YYYY-MM-DD HH:MM:SS' after its first character
+    (``brackets[b:]``: the '[' after its start)."""
+    while b < len(brackets) and brackets[b] < e:
+        if _stamp(buf, brackets[b] + 1, e):
+            return False
+        b += 1
+    if not ascii_all:
+        for p in range(s, e):
+            if buf[p] >= 128:
+                return False
+    return True
 
 
 @njit(cache=True)
 def _line(buf, s: int, e: int, row: int, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart) -> int:
     if e - s < 22 or buf[s] != 91 or not _stamp(buf, s + 1, e) or (buf[s + 20] != 93 and buf[s + 20] != 32):
         return REST
-    for p in range(s, e):
-        if buf[p] >= 128:
-            return REST
     close = _ranks_end(buf, s + 20, e)
-    if close < 0 or _interleaved(buf, s, e):
+    if close < 0:
         return REST
     us = _micros(buf, s + 1)
     if us < 0:

@@ -167,25 +167,31 @@ class Chunk:
     with ``column=True``) as one polars String column, so that a large log never holds a Python string
     per line; ``lines`` then materialises them on demand."""
 
-    __slots__ = ("first_line", "end_offset", "eof", "column", "raw", "_lines")
+    __slots__ = ("first_line", "end_offset", "eof", "column", "raw", "_lines", "_count")
 
     def __init__(self, first_line: int, lines: list[str] | None, end_offset: int, eof: bool,
-                 column: Any = None, raw: bytes | None = None) -> None:
+                 column: Any = None, raw: bytes | None = None, count: int | None = None) -> None:
         self.first_line = first_line      # 1-based line number of the first line
         self.end_offset = end_offset      # decompressed byte offset just after the last complete line
         self.eof = eof
         self.column = column              # a polars String Series, or None
-        self.raw = raw                    # the column's bytes (valid UTF-8, NULs removed), when it was split
-        self._lines = lines               # natively; None when a line needed the Python path
+        self.raw = raw                    # the lines' bytes (valid UTF-8, NULs removed) when read with
+        self._lines = lines               # column="raw" (then column is None)
+        self._count = count
 
     @property
     def lines(self) -> list[str]:
         if self._lines is None:
-            self._lines = self.column.to_list() if self.column is not None else []
+            if self.column is not None:
+                self._lines = self.column.to_list()
+            else:
+                self._lines = _decode_lines(self.raw or b"", self.first_line, ReadNotes())
         return self._lines
 
     @property
     def count(self) -> int:
+        if self._count is not None:
+            return self._count
         return len(self.column) if self._lines is None and self.column is not None else len(self.lines)
 
 
@@ -267,7 +273,7 @@ RECORD_START = re.compile(rb"\n(?:\(\w+ pid=\d+[^)]*\)\s*)?\[(?:\d{4}-\d\d-\d\d 
 def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                 chunk_bytes: int = CHUNK_BYTES, records: bool = False, end_offset: int | None = None,
                 notes: ReadNotes | None = None, hold_partial: bool = False,
-                record_start: re.Pattern[bytes] | None = None, column: bool = False) -> Iterator[Chunk]:
+                record_start: re.Pattern[bytes] | None = None, column: bool | str = False) -> Iterator[Chunk]:
     """Yield complete lines in bounded chunks, from ``start_offset`` (a line boundary) to ``end_offset``
     (default: the end of the file).
 
@@ -277,7 +283,9 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
     and counted in ``notes``: NUL bytes are removed (a leading run is skipped), invalid UTF-8 becomes
     U+FFFD, a line longer than MAX_LINE_BYTES keeps its start, a damaged gzip yields what it holds.
     ``hold_partial``: a last line without its newline (a live file mid-write) is not yielded.
-    ``column``: each chunk's lines as one polars String column (``Chunk.column``), split in native code.
+    ``column``: each chunk's lines as one polars String column (``Chunk.column``), split in native code;
+    ``column="raw"``: only the chunk's bytes (``Chunk.raw``, valid UTF-8; a chunk that is not takes the
+    column path), for a parser that splits them itself.
     """
     notes = notes if notes is not None else ReadNotes()
     starts = (record_start or RECORD_START) if records else None
@@ -324,7 +332,10 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                         body = body[:keep]
                 if body:
                     offset += len(body)
-                    if column:
+                    raw = _raw_lines(body, line_no, notes) if column == "raw" else None
+                    if raw is not None:
+                        chunk = Chunk(line_no, None, offset, eof, None, raw[0], raw[1])
+                    elif column:
                         chunk = Chunk(line_no, None, offset, eof, *_decode_column(body, line_no, notes))
                     else:
                         chunk = Chunk(line_no, _decode_lines(body, line_no, notes), offset, eof)
@@ -343,11 +354,15 @@ def _cut(data: bytes, starts: re.Pattern[bytes] | None) -> int:
     record start in its second half; -1 when it holds no newline yet."""
     cut = data.rfind(b"\n")
     if cut >= 0 and starts is not None:
-        last = None
-        for m in starts.finditer(data, len(data) // 2):
-            last = m
-        if last is not None:
-            cut = last.start()
+        # newlines from the end: the last record start is a few lines up (no scan of the whole half)
+        half, pos = len(data) // 2, len(data)
+        while True:
+            nl = data.rfind(b"\n", half, pos)
+            if nl < 0:
+                break
+            if starts.match(data, nl):
+                return nl
+            pos = nl
     return cut
 
 
@@ -403,6 +418,40 @@ def _decode_column(body: bytes, line_no: int, notes: ReadNotes) -> tuple[Any, by
             if chars[i] > notes.longest[0]:
                 notes.longest = (chars[i], line_no + i)
     return col, body
+
+
+def _raw_lines(body: bytes, line_no: int, notes: ReadNotes) -> tuple[bytes, int] | None:
+    """The chunk's bytes (NULs removed) and its line count, when they are valid UTF-8 without a byte-order
+    mark (else None: the caller decodes them); over-long lines noted as ``_decode_lines`` notes them."""
+    import numpy as np
+
+    if b"\x00" in body:
+        cleaned = body.replace(b"\x00", b"")
+        if body.startswith(b"\xef\xbb\xbf") or not _valid_utf8(cleaned):
+            return None                        # (the column path counts the NULs)
+        notes.nul_bytes += len(body) - len(cleaned)
+        body = cleaned
+    elif body.startswith(b"\xef\xbb\xbf") or not _valid_utf8(body):
+        return None
+    n = body.count(b"\n") + (0 if body.endswith(b"\n") or not body else 1)
+    if _may_hold_long_line(body):
+        ends = np.r_[np.flatnonzero(np.frombuffer(body, np.uint8) == 10), len(body)][:n]
+        starts = np.r_[0, ends[:-1] + 1]
+        for i in np.flatnonzero(ends - starts > LONG_LINE_BYTES).tolist():
+            text = body[starts[i]:ends[i]].decode()
+            size = len(text) - text.endswith("\r")
+            if size > LONG_LINE_BYTES:
+                notes.long_lines += 1
+                if size > notes.longest[0]:
+                    notes.longest = (size, line_no + i)
+    return body, n
+
+
+def _may_hold_long_line(body: bytes) -> bool:
+    """Whether a line may be longer than LONG_LINE_BYTES: such a line covers a whole aligned window of
+    half that size without a newline (memchr finds one near the start of each window otherwise)."""
+    w = LONG_LINE_BYTES // 2
+    return any(body.find(b"\n", k, k + w) < 0 for k in range(0, len(body) - w + 1, w))
 
 
 def _valid_utf8(body: bytes) -> bool:
