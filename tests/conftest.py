@@ -98,7 +98,9 @@ class LogWriter:
             s += every
         return self
 
-    def watchdog(self, s: float, rank: str, soft: bool = False, batch_size: int = 6) -> LogWriter:
+    def watchdog(self, s: float, rank: str, soft: bool = False, batch_size: int = 6, pyspy_s: float = 0.0
+                 ) -> LogWriter:
+        """A 0.5.10 watchdog dump fired at ``s``; its timeout line follows ``pyspy_s`` later (py-spy's run)."""
         self.line(s, "Scheduler debug info:", rank)
         self.raw(f"scheduler.cur_batch.batch_size()={batch_size}")
         self.raw("scheduler.cur_batch.reqs=[Req(rid=abc, input_ids=[1, 2, 3], output_ids=[4, 5])]")
@@ -113,7 +115,7 @@ class LogWriter:
         self.raw("    ncclCommWindowRegister (libnccl.so.2)")
         self.raw("    _register_segments_for_comm (sglang/srt/distributed/device_communicators/pynccl_allocator.py:417)")
         self.raw("    Scheduler.event_loop_overlap (sglang/srt/managers/scheduler.py:1052)")
-        self.line(s, f"Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft={soft})", rank)
+        self.line(s + pyspy_s, f"Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft={soft})", rank)
         self.raw("")
         return self
 
@@ -211,3 +213,16 @@ def open_in_chromium():
 
         yield open_
         browser.close()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One single-node Ray (2 CPUs) for the whole test session: starting one costs seconds.  Yields its
+    address (for ``--ray-address``); a RayExecutor in this process uses the connection as it is."""
+    from hangforensics.fleet.ray_executor import ray_connection
+
+    # the s3:// staging test talks to a loopback server only: the AWS SDK must not ask the EC2 metadata
+    # address for credentials or a region (set before Ray starts, so its workers inherit it)
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    with ray_connection(num_cpus=2) as ray:
+        yield ray.get_runtime_context().gcs_address

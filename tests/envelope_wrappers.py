@@ -35,6 +35,12 @@ def w_kubectl(lines: list[str], t0: Clock = T0) -> list[str]:
     return [f"{go_nano(t)} {s}" for t, s in zip(times(lines, t0), lines, strict=True)]
 
 
+def w_kubectl_prefix(lines: list[str], t0: Clock = T0) -> list[str]:
+    """``kubectl logs -l app=sglang --prefix --timestamps``: two pods' lines in one stream."""
+    return [f"[pod/sglang-{i % 2}/sglang] {go_nano(t)} {s}" for i, (t, s) in enumerate(zip(times(lines, t0), lines,
+                                                                                           strict=True))]
+
+
 def w_cri(lines: list[str], t0: Clock = T0) -> list[str]:
     out = []
     for t, s in zip(times(lines, t0), lines, strict=True):
@@ -138,6 +144,7 @@ def w_hard_wrap(lines: list[str], t0: Clock = T0) -> list[str]:
 WRAPPERS: dict[str, tuple[list[Callable[..., list[str]]], str]] = {
     # name: (wrappers applied innermost first, expected stack)
     "kubectl": ([w_kubectl], "kubectl"),
+    "kubectl_prefix": ([w_kubectl_prefix], "kubectl"),
     "cri": ([w_cri], "cri"),
     "docker_json": ([w_docker], "docker_json"),
     "journald_short": ([w_journald_short], "journald"),
@@ -167,13 +174,21 @@ WRAPPERS: dict[str, tuple[list[Callable[..., list[str]]], str]] = {
     "quote+viewer_ts": ([w_viewer_ts, w_quote], "markdown+viewer_ts"),
     "fluentbit+cri": ([w_cri, w_fluentbit], "fluentbit+cri"),
     "lineno_pipe+compose": ([w_compose, w_lineno(" {n:6d} | {s}")], "viewer_lineno+compose"),
+    "viewer_ts+compose": ([w_compose, w_viewer_ts], "viewer_ts+compose"),
 }
 TIMED = {"kubectl", "cri", "docker_json", "journald", "syslog", "fluentbit", "vector", "viewer_ts"}
 
 
+TIMED_WRAPPERS = {w_kubectl, w_kubectl_prefix, w_cri, w_docker, w_journald_short, w_journald_iso, w_journald_json, w_syslog_5424,
+                  w_syslog_3164, w_fluentbit, w_vector, w_viewer_ts}
+
+
 def wrap(lines: list[str], name: str, t0: Clock = T0) -> list[str]:
     """``lines`` in the envelope ``name`` of WRAPPERS (layers applied innermost first; a clock per line is the
-    innermost layer's, outer layers count from its first time: the innermost time is the one kept)."""
-    for k, w in enumerate(WRAPPERS[name][0]):
-        lines = w(lines, t0 if k == 0 or not isinstance(t0, list) else t0[0])
+    innermost timed layer's, other layers count from its first time: the innermost time is the one kept; a
+    viewer's column over compose prefixes still shows each line's own time)."""
+    layers = WRAPPERS[name][0]
+    timed = next((k for k, w in enumerate(layers) if w in TIMED_WRAPPERS), 0)
+    for k, w in enumerate(layers):
+        lines = w(lines, t0 if k == timed or not isinstance(t0, list) else t0[0])
     return lines

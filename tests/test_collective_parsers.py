@@ -23,7 +23,7 @@ import pytest
 from conftest import SHARED
 
 from hangforensics.analysis.collective_match import Relation, VerdictKind, compare_process_groups
-from hangforensics.parsers import desync_report, flight_recorder, nccl_ras, stackrows
+from hangforensics.parsers import desync_report, flight_recorder, nccl_ras, stackrows, torch_nccl
 from hangforensics.parsers.collective_rows import (
     CollectiveRow,
     format_ranks,
@@ -791,6 +791,25 @@ def test_torch_nccl_timeouts_disagreeing() -> None:
         "in pg 1 (ranks 0-3), ranks 0-2 are at ALLREDUCE SeqNum=5 (timeout); rank 3 is still in "
         "ALLREDUCE SeqNum=4 (timeout) and never joined SeqNum=5: one collective behind"
     )
+
+
+def test_torch_lines_of_releases_that_print_no_time() -> None:
+    # torch 2.2: '[rankN]:' but no time; torch 2.0: no time, no '[rankN]:', no NumelIn/NumelOut
+    ctx = datetime(2024, 7, 9, 1, 0)
+    g = torch_nccl.parse_glog("[rank2]:[E ProcessGroupNCCL.cpp:523] [Rank 2] Watchdog caught collective operation "
+                              "timeout: WorkNCCL(SeqNum=50404, OpType=GATHER, NumelIn=8000, NumelOut=0, "
+                              "Timeout(ms)=600000) ran for 600327 milliseconds before timing out.", ctx)
+    assert g is not None and g["ts"] is None
+    assert (g["global_rank"], g["seq"], g["op_type"], g["ran_ms"], g["event"]) == (2, 50404, "GATHER", 600327,
+                                                                                   "collective_timeout")
+    g = torch_nccl.parse_glog("[E ProcessGroupNCCL.cpp:458] [Rank 7] Watchdog caught collective operation timeout: "
+                              "WorkNCCL(SeqNum=64088, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 25625251 "
+                              "milliseconds before timing out.", ctx)
+    assert g is not None and (g["ts"], g["global_rank"], g["seq"], g["timeout_ms"]) == (None, 7, 64088, 1800000)
+    g = torch_nccl.parse_glog("[E ProcessGroupNCCL.cpp:495] To avoid data inconsistency, we are taking the entire "
+                              "process down.", ctx)
+    assert g is not None and g["event"] == "taking_down" and g["global_rank"] is None
+    assert torch_nccl.parse_glog("[E something went wrong] nope", ctx) is None
 
 
 def test_rank_position_semantics() -> None:

@@ -276,6 +276,21 @@ def test_ras_dead_process_is_first_rank_stopped(tmp_path: Path) -> None:
     st.close()
 
 
+def test_unnamed_group_op_mismatch_at_one_seqnum_is_a_desync(tmp_path: Path) -> None:
+    # torch 2.0 lines name no process group (and print no time): at SeqNum 88 rank 2 is in BROADCAST while
+    # ranks 0, 1, 3 are in ALLREDUCE; one group out of step, not two groups with equal counters
+    eng = tmp_path / "opmismatch"
+    eng.mkdir()
+    (eng / "paste.txt").write_text("".join(
+        f"[E ProcessGroupNCCL.cpp:458] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=88, "
+        f"OpType={'BROADCAST' if r == 2 else 'ALLREDUCE'}, Timeout(ms)=1800000) ran for 1800047 milliseconds before "
+        f"timing out.\n" for r in (0, 1, 2, 3)))
+    found, st = analyze(eng)
+    (desync,) = by_rule(found)["collective-desync"]
+    assert desync["ranks"] == ["rank2"] and desync["ts"] is None
+    st.close()
+
+
 # -- the desync-debug report ------------------------------------------------------------------------
 
 

@@ -23,10 +23,12 @@ ISSUE2_RULES = ("stall-onset,all-ranks-frozen,first-rank-stopped,busy-leak-repor
                 "health-check-blind,watchdog-kill")
 VARIANTS = DATA / "variants"
 STACK_VARIANTS = DATA / "stack_variants"
+FAMILIES = DATA / "families"
 ALL_RULES = ISSUE2_RULES + ",collective-desync,known-signature"
 
 
-def _score(fleet: Path, truth: Path, tmp_path: Path, rules: str = ISSUE2_RULES) -> subprocess.CompletedProcess:
+def _score(fleet: Path, truth: Path, tmp_path: Path, rules: str = ISSUE2_RULES,
+           minimum: float = 0.9) -> subprocess.CompletedProcess:
     docs = []
     for engine in sorted(p for p in fleet.iterdir() if p.is_dir()):
         res = api.report(engine, tmp_path / f"{engine.name}.html", json_out=tmp_path / f"{engine.name}.json")
@@ -34,7 +36,7 @@ def _score(fleet: Path, truth: Path, tmp_path: Path, rules: str = ISSUE2_RULES) 
     all_json = tmp_path / "all.json"
     all_json.write_text(json.dumps(docs))
     return subprocess.run([sys.executable, str(EXAMPLES / "score.py"), str(truth), str(all_json), "--rules", rules,
-                           "--min-recall", "0.9", "--min-precision", "0.9"],
+                           "--min-recall", str(minimum), "--min-precision", str(minimum)],
                           capture_output=True, text=True, timeout=300)
 
 
@@ -77,6 +79,23 @@ def test_stack_corpus_scores_on_every_rule(tmp_path: Path):
     print(p.stdout.splitlines()[-1])
 
 
+@requires_shared()
+def test_families_corpus_scores(tmp_path: Path):
+    """Held-out twins of every fragment family (tests/data/families): other seeds, rank counts, releases,
+    torch versions, envelopes, paste styles and cut points.  File times are evidence (a year-less line takes
+    its year from them) and git keeps none, so the corpus is regenerated into tmp_path, and the committed
+    fleet must be byte for byte what the generator writes."""
+    out = tmp_path / "generated"
+    subprocess.run([sys.executable, str(FAMILIES / "generate.py"), "--out", str(out)], check=True, timeout=300)
+    made = sorted(p.relative_to(out / "fleet") for p in (out / "fleet").rglob("*") if p.is_file())
+    kept = sorted(p.relative_to(FAMILIES / "fleet") for p in (FAMILIES / "fleet").rglob("*") if p.is_file())
+    assert made == kept
+    assert all((out / "fleet" / p).read_bytes() == (FAMILIES / "fleet" / p).read_bytes() for p in made)
+    p = _score(out / "fleet", out / "truth.json", tmp_path, ALL_RULES, minimum=0.95)
+    assert p.returncode == 0, p.stdout + p.stderr
+    print(p.stdout.splitlines()[-1])
+
+
 def _physical_lines(path: Path) -> int:
     opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
     with opener(path, "rb") as f:
@@ -86,7 +105,7 @@ def _physical_lines(path: Path) -> int:
 
 def _corpus_roots() -> list[Path]:
     roots = [p for p in (DATA / "releases", VARIANTS / "fleet", STACK_VARIANTS / "fleet", DATA / "stacks",
-                         DATA.parent.parent / "examples") if p.is_dir()]
+                         FAMILIES / "fleet", DATA.parent.parent / "examples") if p.is_dir()]
     if (EXAMPLES / "fleet").is_dir():
         roots.append(EXAMPLES / "fleet")
     return roots

@@ -459,6 +459,36 @@ def test_vllm_year_from_a_kubectl_envelope_is_the_nearest(tmp_path: Path) -> Non
         assert {r["ts"].year for r in st.query("SELECT ts FROM events WHERE kind = 'vllm_stats'")} == {2026}
 
 
+# torch < 2.3 prints no time: '[rank2]:[E ProcessGroupNCCL.cpp:523] [Rank 2] Watchdog caught ...'
+TIMELESS = ("[rank{r}]:[E ProcessGroupNCCL.cpp:523] [Rank {r}] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=391772, OpType=_ALLGATHER_BASE, NumelIn=262144, NumelOut=262144, Timeout(ms)=120000) "
+            "ran for 120311 milliseconds before timing out.")
+
+
+def timeless_torch_times(tmp_path: Path, lines: list[str]) -> list[datetime | None]:
+    folder = write_engine(tmp_path / "eng", lines, datetime(2026, 5, 1, 12))
+    with Store(":memory:") as st:
+        ingest_paths(st, [folder], mode="engine")
+        return [r["ts"] for r in st.query("SELECT ts FROM events WHERE kind = 'torch_nccl' ORDER BY line")]
+
+
+def test_timeless_torch_lines_take_their_envelope_time_on_the_payload_clock(tmp_path: Path) -> None:
+    # journald short-iso in the host's zone (+0200), SGLang lines in local time: glog times from journald
+    w = LogWriter(tp=1).startup().traffic(10, 40)
+    lines = [f"{(datetime.fromisoformat(s[1:20]) if s.startswith('[') else w.t0):%Y-%m-%dT%H:%M:%S}+0200 gpu-3 "
+             f"python3[77]: {s}" for s in w.lines]
+    lines += [f"{w.t0 + timedelta(seconds=160):%Y-%m-%dT%H:%M:%S}+0200 gpu-3 python3[77]: " + TIMELESS.format(r=r)
+              for r in (2, 0)]
+    assert timeless_torch_times(tmp_path, lines) == [w.t0 + timedelta(seconds=160)] * 2
+
+
+def test_timeless_torch_lines_without_an_envelope_take_the_record_before(tmp_path: Path) -> None:
+    w = LogWriter(tp=1).startup().traffic(10, 40)
+    lines = [*w.lines, TIMELESS.format(r=1), *LogWriter(tp=1).traffic(41, 42).lines, TIMELESS.format(r=3)]
+    assert timeless_torch_times(tmp_path, lines) == [w.t0 + timedelta(seconds=40), w.t0 + timedelta(seconds=42)]
+    assert timeless_torch_times(tmp_path / "alone", [TIMELESS.format(r=1)]) == [None]     # nothing dates it
+
+
 # -- large wrapped logs on every core ----------------------------------------------------------------------
 def test_parallel_split_of_a_wrapped_log_equals_serial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plain = tmp_path / "plain.log"

@@ -44,14 +44,25 @@ def session_processes(sid: int) -> list[psutil.Process]:
     return out
 
 
-def run_cli(*args: str, interrupt_after_workers: bool = False) -> tuple[int, str, list[psutil.Process]]:
-    proc = subprocess.Popen([sys.executable, "-c", CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+def sigint_ignored(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    return bool(mask & (1 << (signal.SIGINT - 1)))
+
+
+def run_cli(*args: str, interrupt_after_workers: bool = False,
+            wrap: tuple[str, ...] = ()) -> tuple[int, str, list[psutil.Process]]:
+    proc = subprocess.Popen([*wrap, sys.executable, "-c", CLI, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     if interrupt_after_workers:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(psutil.Process(proc.pid).children()) < 2:
             time.sleep(0.05)
         assert psutil.Process(proc.pid).children(), "the worker pool never started"
+        # the parent ignores SIGINT while it starts workers (they inherit that): press Ctrl-C after, as a
+        # person would, not inside that instant
+        while time.monotonic() < deadline and sigint_ignored(proc.pid):
+            time.sleep(0.01)
         os.killpg(proc.pid, signal.SIGINT)        # as a terminal does: the whole process group
     _, err = proc.communicate(timeout=120)
     time.sleep(0.3)                              # orphans would still be there: nothing reaps them for us
@@ -61,10 +72,23 @@ def run_cli(*args: str, interrupt_after_workers: bool = False) -> tuple[int, str
 def test_library_ingest_leaves_no_child_process(big_log: Path, tmp_path: Path, monkeypatch):
     monkeypatch.setattr(pipeline, "PARALLEL_MIN_BYTES", 1024)
     monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1024)
-    before = {c.pid for c in psutil.Process().children(recursive=True)}     # other tests' (a browser, ...)
+    before = {c.pid for c in psutil.Process().children(recursive=True)}     # other tests' (a browser, Ray, ...)
     results = api.ingest([big_log], tmp_path / "db.duckdb", jobs=2)
     assert results[0].files_read == 1
-    assert {c.pid for c in psutil.Process().children(recursive=True)} - before == set()
+    assert new_processes(before) == set()
+
+
+def new_processes(before: set[int]) -> set[int]:
+    """Children of this process not there before, except those started meanwhile by a process that was (the
+    session's Ray starts workers when it likes)."""
+    new = set()
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.pid not in before and not any(a.pid in before for a in c.parents()):
+                new.add(c.pid)
+        except psutil.Error:
+            continue
+    return new
 
 
 def test_cli_ingest_leaves_no_process_in_its_session(big_log: Path, tmp_path: Path):
@@ -91,3 +115,29 @@ def test_a_refused_second_scan_starts_nothing_and_leaves_nothing(tmp_path: Path)
         rc, err, left = run_cli("scan", str(fleet), "--db", str(db))
     assert rc == 2 and "another scan is running" in err and len(err.strip().splitlines()) == 1
     assert left == []
+
+
+def test_a_ray_scan_stops_the_ray_it_started_and_talks_to_loopback_only(tmp_path: Path):
+    """No --ray-address: the scan starts a single-node Ray for itself and shuts every process of it down; and
+    none of its processes connects anywhere but loopback (Ray's usage-stats process would ask cloud metadata
+    addresses which cloud it is on)."""
+    import glob
+    import re
+    import shutil
+    import tempfile
+
+    assert shutil.which("strace"), "strace is needed (.ci/run installs it)"
+    trace = tmp_path / "connect.trace"
+    ray_dirs = set(glob.glob(f"{tempfile.gettempdir()}/hf-ray-*"))
+    rc, err, left = run_cli("scan", str(small_fleet(tmp_path)), "--db", str(tmp_path / "db.duckdb"),
+                            "--executor", "ray", "--jobs", "2",
+                            wrap=("strace", "-f", "-qq", "-e", "trace=connect", "-o", str(trace)))
+    assert rc == 0 and "2 file(s) read" in err, err
+    assert left == []
+    assert set(glob.glob(f"{tempfile.gettempdir()}/hf-ray-*")) == ray_dirs      # its temporary folder too
+    calls = trace.read_text()
+    v4 = set(re.findall(r'inet_addr\("([0-9.]+)"\)', calls))
+    v6 = set(re.findall(r'inet_pton\(AF_INET6, "([^"]+)"', calls))
+    assert "127.0.0.1" in v4                                     # Ray's own processes, on loopback
+    assert {a for a in v4 if not a.startswith("127.")} == set()
+    assert {a for a in v6 if a not in ("::1", "::ffff:127.0.0.1")} == set()

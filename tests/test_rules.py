@@ -93,6 +93,18 @@ def test_watchdogs_in_the_same_second_mean_all_ranks_froze_at_last_progress(tmp_
     assert "first-rank-stopped" not in f and "idle-memory-leak" not in f
 
 
+def test_watchdogs_fire_at_their_dump_not_at_the_timeout_line_py_spy_delays(tmp_path, log: LogWriter):
+    # only watchdog dumps: all four fired at 425 (their debug info), but py-spy --native took 0-3 s per rank
+    # before each timeout line; the freeze and the fire time are the dumps', not the timeout lines'
+    for r, spy in ((2, 3), (0, 0), (3, 2), (1, 1)):
+        log.watchdog(425, f"TP{r}", pyspy_s=spy)
+    f = by_rule(analyze_folder(log.write(tmp_path / "spy")))
+    (frozen,) = f["all-ranks-frozen"]
+    assert frozen["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
+    (kill,) = f["watchdog-kill"]
+    assert kill["ts"] == at(425) and kill["count"] == 1
+
+
 def test_watchdogs_at_different_seconds_do_not_claim_a_freeze(tmp_path, log: LogWriter):
     log.startup().traffic(10, 120).posts(122, 600).probes(125, 600)
     log.watchdog(425, "TP0").watchdog(431, "TP1").watchdog(437, "TP2")

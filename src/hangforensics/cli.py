@@ -122,6 +122,14 @@ def scan(
     show_payloads: Annotated[bool, typer.Option(
         "--show-payloads", help="Show request payloads (prompts, token ids) in the HTML (default: redacted).",
     )] = False,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="Where changed files are parsed: local (processes here) or ray (a Ray cluster).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", help="Ray cluster to run on (HEAD:6379, auto); default: a single-node Ray started "
+                              "for the scan.")] = None,
+    staging: Annotated[str | None, typer.Option(
+        "--staging", help="With --executor ray: where tasks write Parquet batches, a path or URI (s3://, gs://) "
+                          "every node reaches; default: a temporary folder (single-node only).")] = None,
 ) -> None:
     """The nightly fleet job: incremental ingest of every engine under ROOT, rules, incidents, reports."""
     from .fleet.scan import scan as run_scan
@@ -129,11 +137,12 @@ def scan(
     if fail_on is not None and fail_on not in SEVERITY_RANK:
         raise HangforensicsError(f"--fail-on must be one of {', '.join(SEVERITY_RANK)}")
     res = run_scan(root, db, out=out, json_out=json_out, wait_s=wait, jobs=jobs, progress=ProgressBar(),
-                   show_payloads=show_payloads)
+                   show_payloads=show_payloads, executor=executor, ray_address=ray_address, staging=staging)
     ing = res.ingest
+    failed = f", {len(ing.failed)} could not be read (sources.status)" if ing.failed else ""
     typer.echo(f"scan {res.scan_id}: {len(ing.engines)} engine(s), {ing.files_read} file(s) read "
-               f"({ing.bytes_read / 1e6:.1f} MB), {ing.files_skipped} unchanged, {ing.files_vanished} vanished; "
-               f"{len(res.analyzed)} engine(s) re-analyzed; {len(res.incidents)} incident(s), "
+               f"({ing.bytes_read / 1e6:.1f} MB){failed}, {ing.files_skipped} unchanged, {ing.files_vanished} "
+               f"vanished; {len(res.analyzed)} engine(s) re-analyzed; {len(res.incidents)} incident(s), "
                f"{len(res.new_incidents)} new; {res.seconds:.1f} s", err=True)
     _fail_on_exit(res.document, fail_on)
 

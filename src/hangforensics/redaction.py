@@ -11,7 +11,10 @@ Forms covered, as SGLang and vLLM print them:
   ``ChatCompletionRequest(messages=[…])``;
 - ``'key': value`` / ``"key": value``: dict reprs and JSON;
 - ``key: value`` with a quoted or bracketed value: vLLM ``Received request cmpl-…: prompt: '…',
-  params: SamplingParams(…), prompt_token_ids: […]`` and ``Generated response …: output: '…'``.
+  params: SamplingParams(…), prompt_token_ids: […]`` and ``Generated response …: output: '…'``;
+- vLLM's input dump on an engine exception: ``Dumping scheduler output for model execution:
+  SchedulerOutput(scheduled_new_reqs=[NewRequestData(req_id=…,prompt_token_ids=[…],…)], …
+  new_token_ids=[[…]] …)``.
 
 A value is a quoted string (either quote, backslash escapes), a balanced
 ``[…]``/``{…}``/``(…)``/``<…>``, a call like ``tensor([…])``, or a bare token up
@@ -29,6 +32,10 @@ PAYLOAD_KEYS: tuple[str, ...] = (
     "input_ids", "output_ids", "origin_input_ids", "origin_output_ids", "fill_ids", "prompt_token_ids",
     "output_token_ids", "messages", "content", "input_embeds", "prompt_embeds", "image_data", "audio_data",
     "video_data", "multi_modal_data", "out", "output",
+    # vLLM's input dump on an engine exception (``Dumping scheduler output``: NewRequestData /
+    # CachedRequestData reprs): prompt and generated token ids, multimodal inputs, draft tokens
+    "token_ids", "new_token_ids", "all_token_ids", "spec_token_ids", "scheduled_spec_decode_tokens",
+    "mm_inputs", "mm_features", "mm_kwargs",
 )
 # the bare ``key: value`` form also reads as English ("timed out: [Errno 110]"): only these keys, and only
 # with a quoted or bracketed value

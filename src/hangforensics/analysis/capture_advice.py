@@ -43,9 +43,13 @@ def _int(v: Any) -> int | None:
 def capture_facts(store: Store, engine: str) -> CaptureFacts:
     """Gather what the store knows about capturing ``engine``."""
     facts = CaptureFacts(engine)
+    # SGLang's server_args line holds both; vLLM's start lines split them (non-default args: port, model;
+    # the engine's config line: model): the latest start's values, each from the line that states it
     args = store.query(
-        "SELECT json_extract_string(attrs, '$.port') AS port, json_extract_string(attrs, '$.model_path') AS model "
-        "FROM events WHERE engine = ? AND kind = 'server_args' ORDER BY ts DESC NULLS LAST LIMIT 1", [engine])
+        "SELECT arg_max(json_extract_string(attrs, '$.port'), ts) FILTER (WHERE json_extract_string(attrs, '$.port') "
+        "IS NOT NULL) AS port, arg_max(json_extract_string(attrs, '$.model_path'), ts) FILTER (WHERE "
+        "json_extract_string(attrs, '$.model_path') IS NOT NULL) AS model FROM events WHERE engine = ? "
+        "AND kind IN ('server_args', 'vllm_start') AND ts IS NOT NULL", [engine])
     if args:
         facts.port, facts.model_path = _int(args[0]["port"]), args[0]["model"]
     for c in store.query("SELECT selector, target, logs, rounds FROM captures WHERE engine = ? ORDER BY started",

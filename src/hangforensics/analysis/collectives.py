@@ -136,12 +136,15 @@ def _matcher_rows(view: list[dict]) -> tuple[list[CollectiveRow], dict[tuple, li
 
 def _name_unnamed(view: list[dict]) -> list[dict]:
     """Torch lines that name no group ('?'): one group per op and per cluster of nearby SeqNums, since the
-    counters of different groups are unrelated (usually far apart)."""
+    counters of different groups are unrelated (usually far apart).  Clusters of different ops that share
+    a SeqNum are one group: ranks at the same SeqNum in different ops are the op mismatch of one group
+    (torch < 2.3 names no group at all), not two groups whose counters happen to be equal."""
     out = [r for r in view if r["pg"] != "?"]
     unnamed = [r for r in view if r["pg"] == "?"]
     by_op: dict[str, list[dict]] = defaultdict(list)
     for r in unnamed:
         by_op[(r["op"] or "").upper()].append(r)
+    clusters: list[tuple[str, set[int], list[dict]]] = []          # (op, latest SeqNums, rows)
     for op, rs in by_op.items():
         latest: dict[Any, int] = {}
         for r in rs:
@@ -152,10 +155,36 @@ def _name_unnamed(view: list[dict]) -> list[dict]:
             if prev is not None and seq - prev > UNNAMED_GROUP_MAX_GAP:
                 k += 1
             cluster[seq], prev = k, seq
-        for r in rs:
-            key = r["rank"] if r["rank"] is not None else r.get("pg_rank")
-            out.append({**r, "pg": f"?{op}#{cluster[latest[key]]}", "pg_desc": None})
+        def key(r: dict) -> Any:
+            return r["rank"] if r["rank"] is not None else r.get("pg_rank")
+
+        for c in sorted(set(cluster.values())):
+            seqs = {q for q, kk in cluster.items() if kk == c}
+            clusters.append((op, seqs, [r for r in rs if cluster[latest[key(r)]] == c]))
+    for name, members in _merge_on_shared_seq(clusters):
+        out.extend({**r, "pg": name, "pg_desc": None} for r in members)
     return out
+
+
+def _merge_on_shared_seq(clusters: list[tuple[str, set[int], list[dict]]]) -> list[tuple[str, list[dict]]]:
+    """Per-op clusters merged when they share a SeqNum; each named '?<ops>#<n>'."""
+    groups: list[tuple[set[str], set[int], list[dict]]] = []
+    for op, seqs, members in clusters:
+        hit = [g for g in groups if g[1] & seqs]
+        ops, qs, rows = {op}, set(seqs), list(members)
+        for g in hit:
+            groups.remove(g)
+            ops |= g[0]
+            qs |= g[1]
+            rows += g[2]
+        groups.append((ops, qs, rows))
+    count: dict[str, int] = defaultdict(int)
+    named = []
+    for ops, _, rows in groups:
+        key = "/".join(sorted(ops))
+        named.append((f"?{key}#{count[key]}", rows))
+        count[key] += 1
+    return named
 
 
 def _torch_members(rows: list[CollectiveRow], ctx: EngineContext) -> dict[tuple[str, str], range]:

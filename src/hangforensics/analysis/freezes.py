@@ -1,6 +1,7 @@
 """How tightly the ranks of a stalled run froze: per-rank stop times and the verdict.
 
-Per-rank stop times come, in order of preference, from per-rank batch lines (several ranks log them) and
+Per-rank stop times come, in order of preference, from per-rank batch lines (several ranks log them; not
+vLLM's stats lines, which one process prints on a timer for every engine core) and
 from the scheduler watchdogs' fire times: each rank's watchdog fires ``watchdog_timeout`` after that
 rank's own last progress, so ranks whose watchdogs fired within ``TOGETHER_S`` of each other (not "in
 the same clock second") froze together.  Fire times further apart are not judged: each rank's dump
@@ -48,8 +49,12 @@ def _from_batch_lines(store: Store, seg: Segment, stall: dict) -> tuple[list[dic
     w, p = seg.where()
     e = seg.engine
     per_rank = store.query(
-        f"""SELECT rank, max(ts) AS stopped_at, arg_max(path, ts) AS path, arg_max(line, ts) AS line
-            FROM progress WHERE engine = ? {w} AND ts IS NOT NULL GROUP BY rank ORDER BY stopped_at""", [e, *p])
+        # ties (several lines in one clock second) broken by file and line: the same evidence however loaded
+        f"""SELECT rank, max(ts) AS stopped_at, arg_max(path, (ts, path, line)) AS path,
+                   arg_max(line, (ts, path, line)) AS line
+            FROM progress WHERE engine = ? {w} AND ts IS NOT NULL AND batch_kind <> 'vllm'
+            GROUP BY rank ORDER BY stopped_at, path, line""",
+        [e, *p])
     if len(per_rank) < 2:
         return [], None
     rows = [{"engine": e, "segment": seg.index, "rank": r["rank"], "stopped_at": r["stopped_at"],
@@ -79,12 +84,13 @@ def _from_watchdogs(store: Store, seg: Segment, stall: dict | None) -> tuple[lis
     after = stall["onset"] if stall and stall.get("ts_basis") == "read" else datetime.min
     fired = store.query(
         f"""WITH wd AS (
-              SELECT rank, ts, path, line, TRY_CAST(json_extract_string(attrs, '$.timeout') AS DOUBLE) AS timeout
-              FROM events WHERE engine = ? AND kind = 'watchdog_timeout' AND ts > ? AND rank <> '' {w}
+              SELECT rank, fired_at AS ts, path, line,
+                     TRY_CAST(json_extract_string(attrs, '$.timeout') AS DOUBLE) AS timeout
+              FROM watchdog_fires WHERE engine = ? AND fired_at > ? AND rank <> '' {w}
               AND coalesce(json_extract_string(attrs, '$.who'), 'Scheduler') = 'Scheduler')
-            SELECT rank, min(ts) AS fired_at, arg_min(path, ts) AS path, arg_min(line, ts) AS line,
-                   max(timeout) AS timeout
-            FROM wd GROUP BY rank ORDER BY fired_at""", [e, after, *p])
+            SELECT rank, min(ts) AS fired_at, arg_min(path, (ts, path, line)) AS path,
+                   arg_min(line, (ts, path, line)) AS line, max(timeout) AS timeout
+            FROM wd GROUP BY rank ORDER BY fired_at, path, line""", [e, after, *p])
     if len(fired) < 2:
         return [], None
     first, last = fired[0]["fired_at"], fired[-1]["fired_at"]

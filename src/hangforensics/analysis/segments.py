@@ -1,4 +1,5 @@
-"""Runs of a server: a ``server_args`` line starts a new one.  Every stall, freeze and episode is judged
+"""Runs of a server: a start line (SGLang's ``server_args``, vLLM's version or engine config line) starts a
+new one.  Every stall, freeze and episode is judged
 within one run, so a restart never joins two runs' evidence."""
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class Segment:
 
 def segments_of(store: Store, engine: str) -> list[Segment]:
     starts = [r["ts"] for r in store.query(
-        "SELECT ts FROM events WHERE engine = ? AND kind = 'server_args' AND ts IS NOT NULL ORDER BY ts", [engine])]
+        "SELECT ts FROM events WHERE engine = ? AND kind IN ('server_args', 'vllm_start') AND ts IS NOT NULL "
+        "ORDER BY ts", [engine])]
     bounds: list[datetime] = []
     for t in starts:
         if not bounds or (t - bounds[-1]).total_seconds() > SAME_START_S:

@@ -16,7 +16,10 @@ and all given keys must hold:
 * ``stalled``: the engine's log shows a stall (for frames a healthy engine also sits in: a pipeline
   stage's receive, a CUDA graph replay);
 * ``others_in_collective``: the ranks that do not match wait in a collective;
+* ``others_not_in_collective``: the matching ranks wait in a collective (not at the per-iteration sync
+  point) while at least one peer of their group (a rank with a TP number: not an engine core) is in none;
 * ``with_desync``: the capture's ranks wait in different collectives (desyncs);
+* ``framework``: the engine must be of this family (``vllm``: its log or its stacks are vLLM's);
 * ``gpu_util_max`` / ``gpu_util_min``: when nvidia-smi samples cover the stall, their mean
   utilisation must lie within these bounds (0 % idle in a host rendezvous vs a 100 % device spin);
 * ``log``: regexes on event messages (``log_kinds`` restricts the event kinds);
@@ -38,10 +41,11 @@ from typing import Any
 import tomllib
 
 from ..errors import RuleError
+from ..ranks import rank_numbers
 from ..store import Store
 from .rules import rules_dir
 from .snapshots import snapshot_status
-from .stackclasses import captures, compact_ranks, main_stacks
+from .stackclasses import PER_ITERATION_SITES, captures, compact_ranks, main_stacks, path_of
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ class EngineEvidence:
     desync_caps: set[int]
     colls: dict
     proc: dict = field(default_factory=dict)     # dump_id -> snapshot status (snapshot_facts)
+    framework: str = "sglang"                     # vllm when its log or its stacks are vLLM's
 
     def blocked(self, s: Any) -> bool:
         """A rank stuck where its dump shows it: by the capture's /proc facts when there are any."""
@@ -115,7 +120,11 @@ def engine_evidence(store: Store, engine: str) -> EngineEvidence:
     desync = {r["capture"] for r in store.query("SELECT capture FROM desyncs WHERE engine = ?", [engine])}
     colls = {(r["capture"], r["rank"]): r for r in store.query(
         "SELECT capture, rank, collective FROM rank_collectives WHERE engine = ?", [engine])} if caps else {}
-    return EngineEvidence(stalled, caps, desync, colls, snapshot_status(store, engine) if caps else {})
+    vllm = store.scalar(
+        "SELECT EXISTS (SELECT 1 FROM events WHERE engine = $1 AND kind LIKE 'vllm%') OR EXISTS (SELECT 1 FROM frames f "
+        "JOIN stacks s USING (dump_id, thread_id) WHERE s.engine = $1 AND f.file LIKE '%/vllm/%')", [engine])
+    return EngineEvidence(stalled, caps, desync, colls, snapshot_status(store, engine) if caps else {},
+                          "vllm" if vllm else "sglang")
 
 
 def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | None = None) -> list[dict[str, Any]]:
@@ -140,6 +149,8 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
         return out
     patterns = [re.compile(x) for x in m["frames"]]
     desync_caps, colls = ev.desync_caps, ev.colls
+    if m.get("framework", ev.framework) != ev.framework:
+        return out
     for ci, cap in enumerate(ev.caps):
         hits = {s.rank: _frame_hits(s.frames, patterns) for s in cap}
         matched = [s for s in cap if hits[s.rank]]
@@ -147,6 +158,11 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
             continue
         if m.get("blocked"):
             matched = [s for s in matched if stalled or ev.blocked(s)]
+        peers: list = []
+        if m.get("others_not_in_collective"):
+            matched, peers = _one_sided(cap, matched, colls, ci)
+            if not peers:
+                continue
         n, total = len(matched), len(cap)
         if n < m.get("min_ranks", 1) or not total:
             continue
@@ -158,12 +174,17 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
             continue
         if m.get("with_desync") and ci not in desync_caps:
             continue
-        ranks = [s.rank for s in matched]
+        # a one-sided collective names the peer(s) that never joined: the odd ones out, as a desync does
+        ranks = [s.rank for s in (peers or matched)]
         frames = sorted({f for s in matched for f in hits[s.rank]})
-        detail = (f"{compact_ranks(ranks)} ({n} of {total} ranks in this capture) show "
+        detail = (f"{compact_ranks([s.rank for s in matched])} ({n} of {total} ranks in this capture) show "
                   f"{', '.join(frames[:4])} on the main thread")
         if others and m.get("others_in_collective"):
             detail += f", while {compact_ranks([s.rank for s in others])} wait in a collective for them"
+        if peers:
+            where = sorted({(path_of(s) or ["?"])[-1] for s in peers})
+            detail += (f", while their peer(s) {compact_ranks([s.rank for s in peers])} are in no collective "
+                       f"(in {', '.join(where[:3])}): one side entered the collective, the other never joined")
         if log_rows:
             detail += f"; the log agrees: {log_rows[0]['message'][:200]}"
         detail += f". {sig.description} Remediation: {sig.remediation}"
@@ -181,6 +202,24 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
         out.append(_row(engine, sig, log_rows[0]["ts"], [], f"log: {log_rows[0]['message'][:300]}",
                         [{"file": r["path"], "line": r["line"]} for r in log_rows[:8]]))
     return out[-1:] if m.get("latest_only", True) else out
+
+
+def _one_sided(cap: list, matched: list, colls: dict, ci: int) -> tuple[list, list]:
+    """(ranks waiting in a collective, their peers in none) of one capture, or ([], []).  Peers are ranks
+    of the same data-parallel group with a TP number (a vLLM engine core or API server is no member of the
+    group); a wait at the per-iteration sync point (V0 workers' broadcast_tensor_dict, SGLang's
+    broadcast_pyobj) is waiting for work, not one side of a collective."""
+    def waits(s: Any) -> bool:
+        c = colls.get((ci, s.rank), {})
+        return bool(c.get("collective")) and not PER_ITERATION_SITES.search(c.get("call_site") or "")
+
+    inside = [s for s in matched if waits(s)]
+    groups = {rank_numbers(s.rank).get("DP") for s in inside}
+    peers = [s for s in cap if s not in inside and rank_numbers(s.rank).get("TP") is not None
+             and rank_numbers(s.rank).get("DP") in groups]
+    if not inside or not peers or any(waits(s) for s in peers):
+        return [], []
+    return inside, peers
 
 
 def _gpu_during_stall(store: Store, engine: str) -> tuple[float, int] | None:

@@ -47,7 +47,8 @@ COLLECTIVES = {
 WRAPPERS = re.compile(r"(^|\.)(wrapper|_exception_logger\.<locals>\.wrapper|decorate_context|inner|_fn|"
                       r"__call__|_call_impl|_wrapped_call_impl)$")
 # Collectives every rank enters once per scheduler iteration: waiting there is the normal sync point.
-PER_ITERATION_SITES = re.compile(r"recv_requests|broadcast_pyobj|event_loop")
+# (vLLM V0 workers wait in broadcast_tensor_dict for the driver's next step.)
+PER_ITERATION_SITES = re.compile(r"recv_requests|broadcast_pyobj|event_loop|broadcast_tensor_dict")
 
 
 def short(fn: str) -> str:

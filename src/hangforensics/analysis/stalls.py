@@ -2,8 +2,8 @@
 
 The logic follows interface.md §3 "Progress and pending work":
 
-* progress is a Prefill/Decode batch line, or a vLLM stats line whose generation throughput moved (the
-  view ``progress``);
+* progress is a Prefill/Decode batch line (the view ``progress``; vLLM engines, whose progress is a stats
+  line with generation throughput, are judged in their own terms by ``vllm_stalls``);
 * a silence is judged against the engine's own cadence: the median gap between its progress lines.
   Another line was *due* by ``onset + max(CADENCE_FACTOR x cadence, MIN_SILENCE_S)``; a silence shorter
   than that, or one followed by more progress, is a slow step, not a stall;
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..parsers.vllm_patterns import HANG_KINDS
 from ..ranks import rank_key
 from ..store import Store
 from .probes import NON_WORK_PATHS
@@ -35,7 +36,6 @@ REQUEST_GRACE_S = 2.0         # access lines this soon after the last batch line
 MIN_LATE_REQUESTS = 2
 RUNNING_STALL = 8             # a last line with this many running requests cannot finish unseen; fewer
                               # plausibly finished within the steps before the next line was due
-RUNNING_IDLE = 3              # a later stats line counting this few running: the requests finished
 
 
 @dataclass
@@ -82,7 +82,7 @@ def stall_of(store: Store, seg: Segment) -> dict | None:
         "engine": e, "segment": seg.index, "onset": onset, "evidence_end": end, "silent_s": silent,
         "pending": "; ".join(j.reasons), "ranks": _ranks(store, seg), "path": last[0]["path"],
         "line": last[0]["line"], "evidence": j.evidence, "ts_basis": "read", "cadence_s": cadence,
-        "running_req": last[0]["running_req"],
+        "running_req": last[0]["running_req"], "waiting_req": None, "kv_usage": None, "framework": "sglang",
     }
 
 
@@ -120,11 +120,6 @@ SIGNALS = [
     ("watchdog_timeout", "", "the scheduler watchdog fired (it is armed only with a batch in flight)", True),
     ("torch_nccl", "AND json_extract_string(attrs, '$.event') = 'collective_timeout'",
      "torch NCCL watchdog reported a collective timeout", True),
-    ("vllm_shm_wait", "", "vLLM workers waited for a shared-memory broadcast block", True),
-    ("vllm_rpc_timeout", "", "a vLLM RPC to the workers timed out", True),
-    ("vllm_engine_dead", "", "the vLLM engine core died", True),
-    ("vllm_stats", "AND TRY_CAST(regexp_extract(message, 'Running: (\\d+) reqs', 1) AS INT) > 0",
-     "vLLM stats after the last progress still counted running requests at 0 tokens/s", False),
 ]
 
 
@@ -167,19 +162,12 @@ def _waiting_in_last_lines(store: Store, seg: Segment, end: datetime | None, cad
 
 
 def _finished(store: Store, seg: Segment, last: datetime, due: datetime, running: int) -> bool:
-    """The running requests visibly completed: as many completions logged before the next line was due,
-    or a later stats line (vLLM) counting a few running at most."""
+    """The running requests visibly completed: as many completions logged before the next line was due."""
     done = store.scalar(
         "SELECT count(*) FROM http_requests WHERE engine = ? AND ts >= ? AND ts <= ? AND status = 200 "
         "AND method IN ('POST', 'PUT') AND NOT list_contains(?, path)",
         [seg.engine, last, due, list(NON_WORK_PATHS)])
-    if done >= running:
-        return True
-    ws, ps = seg.where()
-    return bool(store.scalar(
-        f"SELECT count(*) FROM events WHERE engine = ? AND kind = 'vllm_stats' AND ts > ? {ws} "
-        f"AND TRY_CAST(regexp_extract(message, 'Running: (\\d+) reqs', 1) AS INT) <= {RUNNING_IDLE}",
-        [seg.engine, last, *ps]))
+    return done >= running
 
 
 def _inferred_stall(store: Store, seg: Segment, end: datetime | None) -> dict | None:
@@ -187,10 +175,13 @@ def _inferred_stall(store: Store, seg: Segment, end: datetime | None) -> dict | 
     the engine was stuck since (fire time - timeout)."""
     w, p = seg.where()
     rows = store.query(
-        f"""SELECT kind, ts, path, line, attrs FROM events WHERE engine = ? {w} AND ts IS NOT NULL
-            AND (kind = 'watchdog_timeout'
-                 OR (kind = 'torch_nccl' AND json_extract_string(attrs, '$.event') = 'collective_timeout'))
-            ORDER BY ts, line LIMIT 1""", [seg.engine, *p])
+        f"""SELECT kind, ts, path, line, attrs FROM (
+                SELECT engine, 'watchdog_timeout' AS kind, fired_at AS ts, path, line, attrs
+                FROM watchdog_fires
+                UNION ALL
+                SELECT engine, kind, ts, path, line, attrs FROM events
+                WHERE kind = 'torch_nccl' AND json_extract_string(attrs, '$.event') = 'collective_timeout')
+            WHERE engine = ? {w} AND ts IS NOT NULL ORDER BY ts, line LIMIT 1""", [seg.engine, *p])
     if not rows:
         return None
     r = rows[0]
@@ -211,7 +202,7 @@ def _inferred_stall(store: Store, seg: Segment, end: datetime | None) -> dict | 
                    f"{fmt(r['ts'])} minus {float(secs):.0f} s",
         "ranks": _ranks(store, seg), "path": r["path"], "line": r["line"],
         "evidence": [{"file": r["path"], "line": r["line"]}], "ts_basis": "inferred", "cadence_s": None,
-        "running_req": None,
+        "running_req": None, "waiting_req": None, "kv_usage": None, "framework": "sglang",
     }
 
 
@@ -230,25 +221,30 @@ def candidates(store: Store, engines: list[str]) -> list[str]:
     hang messages).  A busy engine that logged progress to the end is ruled out without per-engine queries."""
     rows = store.query(
         f"""WITH b AS (
-              SELECT engine, ts, lead(ts) OVER (PARTITION BY engine ORDER BY ts) AS nxt
+              SELECT engine, rank, ts, lead(ts) OVER (PARTITION BY engine, rank ORDER BY ts) AS nxt
               FROM progress WHERE list_contains($1, engine) AND ts IS NOT NULL),
-            gaps AS (SELECT engine, max(ts) AS last_b, max(epoch(nxt) - epoch(ts)) AS gap FROM b GROUP BY engine),
+            per_rank AS (SELECT engine, rank, max(ts) AS last_b, max(epoch(nxt) - epoch(ts)) AS gap
+                         FROM b GROUP BY engine, rank),
+            gaps AS (SELECT engine, min(last_b) AS last_b, max(gap) AS gap FROM per_rank GROUP BY engine),
             ends AS (
               SELECT engine, max(ts) AS e FROM (
                 SELECT engine, ts FROM events WHERE list_contains($1, engine)
                 UNION ALL SELECT engine, ts FROM http_requests WHERE list_contains($1, engine)) GROUP BY engine),
             hard AS (
               SELECT DISTINCT engine FROM events WHERE list_contains($1, engine)
-              AND kind IN ('watchdog_timeout', 'torch_nccl', 'health_check_failed', 'vllm_shm_wait',
-                         'vllm_rpc_timeout', 'vllm_engine_dead'))
+              AND (kind IN ('watchdog_timeout', 'torch_nccl', 'health_check_failed') OR list_contains($2, kind)))
             SELECT g.engine FROM gaps g LEFT JOIN ends USING (engine)
             WHERE g.gap >= {MIN_SILENCE_S} OR epoch(ends.e) - epoch(g.last_b) >= {MIN_SILENCE_S}
-            UNION SELECT engine FROM hard""", [engines])
+            UNION SELECT engine FROM hard
+            -- vLLM access lines print no time: a silence after the last stats line may show only in their count
+            UNION SELECT DISTINCT engine FROM vllm_stats WHERE list_contains($1, engine)""",
+        [engines, list(HANG_KINDS)])
     return sorted(r["engine"] for r in rows)
 
 
 def rebuild(store: Store, engines: list[str] | None = None) -> None:
     """Recompute stalls, rank_stops and freezes for ``engines`` (default: all)."""
+    from . import vllm_stalls
     from .freezes import freeze_row, rank_stops
 
     if engines is None:
@@ -257,8 +253,9 @@ def rebuild(store: Store, engines: list[str] | None = None) -> None:
         store.con.execute(f"DELETE FROM {t} WHERE list_contains(?, engine)", [engines])
     stalls, stops, freezes = [], [], []
     for e in candidates(store, engines):
+        judge = vllm_stalls.stall_of if vllm_stalls.is_vllm(store, e) else stall_of
         for seg in segments_of(store, e):
-            st = stall_of(store, seg)
+            st = judge(store, seg)
             seg_stops, fz = rank_stops(store, seg, st)
             if st is not None:
                 stalls.append(st)

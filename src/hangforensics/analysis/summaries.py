@@ -19,6 +19,7 @@ from ..ranks import rank_key, rank_numbers
 from ..readers.kinds import STACK_KINDS as DUMP_KINDS
 from ..redaction import redact_payloads
 from ..store import Store
+from . import vllm_summary
 from .capture_advice import next_capture_command
 from .snapshot_text import facts_in_words
 from .stackclasses import compact_ranks
@@ -50,6 +51,7 @@ class Evidence:
     world: int | None = None
     capture_cmd: str = ""
     snapshots: list[str] = field(default_factory=list)   # what repeated capture snapshots show, in words
+    vllm: vllm_summary.VllmFacts | None = None            # a vLLM engine's facts in its own terms
 
     def rules(self) -> set[str]:
         return {f["rule"] for f in self.findings}
@@ -102,7 +104,7 @@ def gather(store: Store, engine: str) -> Evidence:
     stalls = store.query("SELECT * FROM stalls WHERE engine = ? ORDER BY onset DESC", [engine])
     ev.stall = stalls[0] if stalls else None
     ev.watchdogs = store.query(
-        "SELECT rank, min(ts) AS ts FROM events WHERE engine = ? AND kind = 'watchdog_timeout' AND rank <> '' "
+        "SELECT rank, min(fired_at) AS ts FROM watchdog_fires WHERE engine = ? AND rank <> '' "
         "GROUP BY rank ORDER BY ts", [engine])
     ev.torch = store.query(
         "SELECT pg, seq, any_value(op) AS op, list(DISTINCT rank ORDER BY rank) AS ranks, min(ts) AS ts "
@@ -121,6 +123,8 @@ def gather(store: Store, engine: str) -> Evidence:
     ev.capture_cmd = next_capture_command(store, engine)
     ev.snapshots = facts_in_words(store.query(
         "SELECT * FROM snapshot_facts WHERE engine = ? AND status <> 'unknown'", [engine]))
+    if vllm_summary.is_vllm(store, engine):
+        ev.vllm = vllm_summary.gather(store, engine, ev.stall)
     return ev
 
 
@@ -156,11 +160,15 @@ def _hm(ts: datetime | None) -> str:
 def _verdict(ev: Evidence) -> str:
     """One sentence: the incident when a rule fired, else what the evidence shows."""
     parts: list[str] = []
-    if ev.stall:
+    if ev.stall and ev.vllm:
+        parts.append(vllm_summary.stall_words(ev.stall))
+    elif ev.stall:
         running = ev.stall.get("running_req")
         parts.append(f"stalled at {_hm(ev.stall['onset'])}"
                      + (" (inferred)" if ev.stall.get("ts_basis") == "inferred" else "")
                      + (f" with {running} request{'s' if running != 1 else ''} running" if running else ""))
+    if ev.vllm and not ev.of("known-signature"):
+        parts += vllm_summary.collective_words(ev.vllm)
     for f in ev.of("all-ranks-frozen"):
         parts.append(f"all {len(f['ranks'])} ranks froze together")
     for f in ev.of("first-rank-stopped"):
@@ -183,13 +191,16 @@ def _verdict(ev: Evidence) -> str:
 def _quiet_verdict(ev: Evidence) -> str:
     """No rule fired: what the evidence does show."""
     end = ev.span[1]
+    quiet = vllm_summary.quiet_verdict(ev.vllm, end) if ev.vllm else None
+    if quiet:
+        return quiet
     if ev.last_progress is not None:
         last = ev.last_progress["ts"]
         idle_s = (end - last).total_seconds() if end and last else 0
         if idle_s < 60:
             return f"busy to the end of the evidence (last progress at {_hm(last)})"
         return (f"idle since {_hm(last)} after the last requests completed "
-                f"({idle_s / 60:.0f} min of evidence without work pending follow)")
+                f"(then {idle_s / 60:.0f} min of evidence with no work pending)")
     if len(ev.watchdogs) >= 2:
         spread = (ev.watchdogs[-1]["ts"] - ev.watchdogs[0]["ts"]).total_seconds()
         return (f"{len(ev.watchdogs)} ranks' watchdogs fired within {spread:.1f} s; no earlier log lines")
@@ -231,7 +242,9 @@ def _facts(ev: Evidence) -> list[str]:
             ranks = [r for r in t["ranks"] if r is not None]
             facts.append(f"ProcessGroupNCCL timeout of SeqNum={t['seq']} in {t['pg']} reported by "
                          f"{len(ranks)} rank(s): {', '.join(f'rank{r}' for r in ranks)}.")
-    if ev.stacks:
+    if ev.vllm:
+        facts += vllm_summary.facts(ev.vllm)
+    elif ev.stacks:
         colls = Counter((s["collective"] or "no collective", s["call_site"] or "") for s in ev.stacks)
         for (c, site), n in colls.most_common(2):
             facts.append(f"{n} rank(s) wait in {c}" + (f" from {site}" if site and c != "no collective" else "") + ".")
@@ -263,6 +276,10 @@ def capture_next(ev: Evidence) -> list[str]:
     elif ev.torch:
         out.append("the ProcessGroupNCCL timeout lines of every rank (each rank's stderr), and the group's size "
                    "(the server or launcher arguments)")
+    if ev.vllm:
+        liveness = [p["path"] for p in ev.probes if p["path"] not in GENERATION_PROBES]
+        return out + vllm_summary.capture_next(ev.vllm, hang, ev.stall, liveness, cmd, ev.native_frames,
+                                               ev.gpu_samples, ev.nccl_debug)
     if (ev.watchdogs or ev.torch or have_stacks) and not ev.n_progress:
         out.append("the server log from before the watchdog or timeout: its batch lines show when progress stopped "
                    "and which requests were running")

@@ -15,13 +15,14 @@ import fcntl
 import json
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..errors import DatabaseBusyError, InputError, translate_disk_errors
-from ..ingest.pipeline import IngestResult, ingest_files
+from ..ingest.pipeline import Executor, IngestResult, LocalExecutor, ingest_files
 from ..readers.layout import Workspace
 from ..store import Store
 from ..terminal_progress import ProgressBar
@@ -82,26 +83,34 @@ class ScanLock:
 
 @translate_disk_errors
 def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = None, wait_s: float = 0.0,
-         jobs: int | None = None, progress: ProgressBar | None = None, show_payloads: bool = False) -> ScanResult:
+         jobs: int | None = None, progress: ProgressBar | None = None, show_payloads: bool = False,
+         executor: str | Executor = "local", ray_address: str | None = None, staging: str | None = None) -> ScanResult:
     """Scan the fleet at ``root`` (its immediate subfolders are engines) into ``db``.
 
-    Reports redact request payloads unless ``show_payloads``.
+    Reports redact request payloads unless ``show_payloads``.  ``executor``: where changed files are
+    parsed: ``local`` (``jobs`` processes), ``ray`` (tasks on the Ray cluster at ``ray_address``, or a
+    connection this process has, or a single-node Ray started for the scan; row batches staged under
+    ``staging``, a path or ``pyarrow.fs`` URI), or an ``Executor``.  Planning, loading, rules and
+    reports run here either way.
     """
     t0 = time.monotonic()
     root = Path(root)
     if not root.is_dir():
         raise InputError(f"{root} is not a folder of engines")
     jobs = jobs or os.cpu_count() or 1
+    ex = make_executor(executor, jobs, ray_address, staging)     # before the lock: a bad option fails at once
     with ScanLock(db, wait_s), Workspace() as ws, Store(db) as store:
         _, files = ws.resolve(root, "fleet")
         scan_id = (store.scalar("SELECT COALESCE(max(scan_id), 0) FROM scans") or 0) + 1
         started = datetime.now()
         store.append("scans", [{"scan_id": scan_id, "root": str(root.resolve()), "started_at": started}])
+        if executor == "ray":               # the staging folder of this scan names it
+            ex.run_name = f"scan-{scan_id}-{uuid.uuid4().hex[:8]}"     # type: ignore[attr-defined]
         # engines under ROOT now, and engines read from ROOT before whose folder is gone: their files vanished
         prefix = str(root.resolve()).rstrip("/") + "/"
         engines = sorted({f.engine for f in files} | {r["engine"] for r in store.query(
             "SELECT DISTINCT engine FROM sources WHERE starts_with(abs_path, ?)", [prefix])})
-        res = ingest_files(store, root, files, progress, jobs=jobs, vanish_engines=engines)
+        res = ingest_files(store, root, files, progress, jobs=jobs, vanish_engines=engines, executor=ex)
         from ..analysis import findings as findings_mod  # rules and models load only when something changed
         from ..analysis import incidents as incidents_mod
 
@@ -149,6 +158,23 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
         _write(Path(json_out), json.dumps(doc, indent=2) + "\n")
     return ScanResult(scan_id, res, stale, incidents, doc, written, time.monotonic() - t0, index,
                       [i["incident_id"] for i in incidents if i["first_seen_scan"] == scan_id])
+
+
+def make_executor(kind: str | Executor, jobs: int, ray_address: str | None = None,
+                  staging: str | None = None) -> Executor:
+    """The executor named ``kind`` (``local`` or ``ray``), or ``kind`` itself when it is one."""
+    if not isinstance(kind, str):
+        return kind
+    if kind == "local":
+        if ray_address is not None or staging is not None:
+            raise InputError("--ray-address and --staging go with --executor ray")
+        return LocalExecutor(jobs)
+    if kind == "ray":
+        from .ray_executor import RayExecutor, require_ray  # Ray itself is imported only when there is work
+
+        require_ray()
+        return RayExecutor(address=ray_address, staging=staging, num_cpus=jobs)
+    raise InputError(f"--executor must be local or ray, not {kind!r}")
 
 
 def _incident_json(i: dict[str, Any], scan_id: int) -> dict[str, Any]:

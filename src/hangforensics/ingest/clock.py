@@ -60,33 +60,63 @@ def _milestones(store: Store, engine: str, paths: list[str]) -> dict:
     return out
 
 
+# Records whose lines print no time of their own: access lines (uvicorn's default format, vLLM's API
+# server) and torch ProcessGroupNCCL lines of torch < 2.3 ('[rank2]:[E ProcessGroupNCCL.cpp:523] ...').
+_BOTH_CLOCKS = """
+    WITH both_clocks AS (
+        SELECT path AS f, epoch_us(ts) - epoch_us(collected_ts) AS d FROM t_batches
+        WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL
+        UNION ALL
+        SELECT path, epoch_us(ts) - epoch_us(collected_ts) FROM t_events
+        WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL
+        UNION ALL
+        SELECT file, epoch_us(ts) - epoch_us(collected_ts) FROM t_http_requests
+        WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL),
+    per_file AS (SELECT f, median(d) AS d FROM both_clocks GROUP BY f),
+    per_engine AS (SELECT median(d) AS d FROM both_clocks)"""
+
+
+def _align_table(store: Store, engine: str, table: str, file_col: str, only: str) -> None:
+    store.con.execute(
+        _BOTH_CLOCKS + f"""
+        UPDATE {table} AS h
+        SET ts = h.collected_ts + to_microseconds(CAST(COALESCE(
+                (SELECT d FROM per_file WHERE f = h.{file_col}), (SELECT d FROM per_engine)) AS BIGINT))
+        WHERE h.engine = $1 AND h.ts IS NULL AND h.collected_ts IS NOT NULL AND {only}
+          AND (EXISTS (SELECT 1 FROM per_file WHERE f = h.{file_col})
+               OR (SELECT d FROM per_engine) IS NOT NULL)""",
+        [engine])
+
+
 def align_envelope_times(store: Store, engine: str) -> int:
-    """Date the access lines that print no time of their own but carry an envelope time (kubectl, CRI,
+    """Date the records that print no time of their own but carry an envelope time (kubectl, CRI,
     journald, a viewer's column, ...): ``ts = collected_ts + offset``, the offset being the file's median of
     ``ts - collected_ts`` over its records that carry both (a collector in UTC beside a pod's local
     time differs by hours; a viewer's clock by anything), else the engine's (the same collector's other
-    files).  Returns the number of rows dated."""
-    pending = store.scalar("SELECT count(*) FROM t_http_requests WHERE engine = ? AND ts IS NULL "
-                           "AND collected_ts IS NOT NULL", [engine])
+    files).  A timeless torch line without an envelope time is dated by the dated record before it in
+    its file (an estimate: it was printed at or after that).  Returns the number of rows dated."""
+    count = ("SELECT (SELECT count(*) FROM t_http_requests WHERE engine = $1 AND ts IS NULL) + "
+             "(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind = 'torch_nccl')")
+    pending = store.scalar(count, [engine])
     if not pending:
         return 0
+    _align_table(store, engine, "t_http_requests", "file", "TRUE")
+    _align_table(store, engine, "t_events", "path", "h.kind = 'torch_nccl'")
+    _date_by_record_before(store, engine)
+    return pending - store.scalar(count, [engine])
+
+
+def _date_by_record_before(store: Store, engine: str) -> None:
+    """Timeless torch lines with no envelope time: the time of the nearest dated record above them."""
     store.con.execute(
-        """WITH both_clocks AS (
-               SELECT path AS f, epoch_us(ts) - epoch_us(collected_ts) AS d FROM t_batches
-               WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL
-               UNION ALL
-               SELECT path, epoch_us(ts) - epoch_us(collected_ts) FROM t_events
-               WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL
-               UNION ALL
-               SELECT file, epoch_us(ts) - epoch_us(collected_ts) FROM t_http_requests
-               WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL),
-           per_file AS (SELECT f, median(d) AS d FROM both_clocks GROUP BY f),
-           per_engine AS (SELECT median(d) AS d FROM both_clocks)
-           UPDATE t_http_requests AS h
-           SET ts = h.collected_ts + to_microseconds(CAST(COALESCE(
-                   (SELECT d FROM per_file WHERE f = h.file), (SELECT d FROM per_engine)) AS BIGINT))
-           WHERE h.engine = $1 AND h.ts IS NULL AND h.collected_ts IS NOT NULL
-             AND (EXISTS (SELECT 1 FROM per_file WHERE f = h.file) OR (SELECT d FROM per_engine) IS NOT NULL)""",
+        """WITH dated AS (
+               SELECT path, line, ts FROM t_events WHERE engine = $1 AND ts IS NOT NULL
+               UNION ALL SELECT path, line, ts FROM t_batches WHERE engine = $1 AND ts IS NOT NULL
+               UNION ALL SELECT file, line, ts FROM t_http_requests WHERE engine = $1 AND ts IS NOT NULL),
+           bare AS (SELECT path, line FROM t_events
+                    WHERE engine = $1 AND ts IS NULL AND kind = 'torch_nccl' AND collected_ts IS NULL),
+           prev AS (SELECT b.path, b.line, d.ts FROM bare b
+                    ASOF JOIN dated d ON d.path = b.path AND d.line < b.line)
+           UPDATE t_events AS e SET ts = prev.ts FROM prev
+           WHERE e.engine = $1 AND e.path = prev.path AND e.line = prev.line AND e.ts IS NULL""",
         [engine])
-    return pending - store.scalar("SELECT count(*) FROM t_http_requests WHERE engine = ? AND ts IS NULL "
-                                  "AND collected_ts IS NOT NULL", [engine])

@@ -24,6 +24,8 @@ class IngestResult:
     bytes: int = 0
     bytes_read: int = 0
     changed_engines: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)     # "path: error: ..." of each file that could not be read
+    parse_tasks: int = 0                                 # handed to worker processes or Ray (0: parsed in-process)
 
 
 @dataclass

@@ -73,10 +73,11 @@ def split_job(job: FileJob, parts: int) -> list[FileJob]:
     return jobs
 
 
-def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar):
+def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, counter: Any = None):
     """Parse files (and byte ranges of large logs) in worker processes, each spilling its row batches as
     Arrow IPC files; load them here in file order: DuckDB has one writer, and loading overlaps parsing.
-    A large log's ranges are submitted a few at a time (``_Ranges``): the spill stays bounded."""
+    A large log's ranges are submitted a few at a time (``_Ranges``): the spill stays bounded.
+    ``counter.tasks`` (when given) counts the pieces handed to workers."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
     try:
         with worker_pool(jobs) as pool:
@@ -86,12 +87,14 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar):
                          for i, p in enumerate(work) if not splittable(p)}
                 split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
                 ranges.fill()
+            if counter is not None:
+                counter.tasks += len(whole) + len(ranges.todo)
             # whole small files as they finish; the ranges of a split log in order
             for fut in as_completed(whole):
                 manifest, outcome = fut.result()
                 yield whole[fut], load_file(store, whole[fut], _read_ipc(manifest, outcome))
             for p, count in split:
-                yield p, load_file(store, p, _read_ranges(ranges.take(count)))
+                yield p, load_file(store, p, join_ranges(_read_ipc(*f.result()) for f in ranges.take(count)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -184,20 +187,20 @@ def stop_resource_tracker() -> None:
             stop()
 
 
-def _read_ranges(futures: Iterable[Any]) -> Iterator[tuple[str, Any]]:
-    """The batches of a split log's ranges in file order, with checkpoints and totals made cumulative."""
+def join_ranges(ranges: Iterable[Iterator[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
+    """The batches of a split log's ranges (each a batch generator returning its FileOutcome) in file order,
+    with checkpoints and totals made cumulative."""
     from ..parsers.sglang_log import newest_release
 
     done = FileOutcome()
     release = None
-    for fut in futures:
-        manifest, outcome = fut.result()
+    for batches in ranges:
         result: list[FileOutcome] = []
-        for table, rows in with_result(_read_ipc(manifest, outcome), result):
+        for table, rows in with_result(batches, result):
             if table == CHECKPOINT:
                 rows = FileOutcome(done.lines + rows.lines, done.unparsed + rows.unparsed, rows.read_bytes)
             yield table, rows
-        last = result[0] or outcome
+        last = result[0]
         notes = done.notes
         notes.merge(last.notes)
         done = FileOutcome(done.lines + last.lines, done.unparsed + last.unparsed, last.read_bytes, notes=notes,

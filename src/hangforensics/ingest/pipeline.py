@@ -7,7 +7,10 @@ mapping and clock alignment (``clock``).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 from ..parsers.stackrows import ranks_from_pids
 from ..readers.layout import EvidenceFile, Workspace
@@ -16,11 +19,54 @@ from ..terminal_progress import ProgressBar
 from .clock import align_engine_clocks, align_envelope_times
 from .collective_clock import align_flight_recorder
 from .fragments import join_parts, rank_snapshots
-from .jobs import IngestResult
+from .jobs import FileOutcome, IngestResult
 from .load import apply_renames, bump_engine, forget_source, load_file, record_plan_only
 from .parallel import PARALLEL_MIN_BYTES, parse_in_pool, splittable
 from .parse import parse_file
-from .plan import plan_files
+from .plan import Plan, plan_files
+
+
+class Executor(Protocol):
+    """Parses the files planned for reading and loads them, yielding each plan with its outcome in the order
+    loaded.  Planning before and the per-engine passes after stay in ``ingest_files``: executors differ only
+    in where parsing runs (``LocalExecutor`` here, ``fleet.ray_executor.RayExecutor`` on a Ray cluster)."""
+
+    tasks: int      # parse tasks handed to other processes (0: parsed in this one)
+
+    def run(self, store: Store, work: list[Plan], prog: ProgressBar) -> Iterator[tuple[Plan, FileOutcome]]: ...
+
+
+class LocalExecutor:
+    """This host: in this process, or in a pool of ``jobs`` processes when the input is large."""
+
+    def __init__(self, jobs: int = 1) -> None:
+        self.jobs = jobs
+        self.tasks = 0
+
+    def run(self, store: Store, work: list[Plan], prog: ProgressBar) -> Iterator[tuple[Plan, FileOutcome]]:
+        big = sum(p.st.st_size for p in work if p.action != "rename") > PARALLEL_MIN_BYTES
+        if self.jobs > 1 and big and (len(work) > 1 or splittable(work[0])):
+            with _loader_settings(store):
+                yield from parse_in_pool(store, work, self.jobs, prog, counter=self)
+        else:
+            for p in work:
+                yield p, load_file(store, p, parse_file(p.job()))
+
+
+@contextlib.contextmanager
+def _loader_settings(store: Store) -> Iterator[None]:
+    """While parser processes have the cores and most of the memory, DuckDB appends on one thread (a second
+    costs CPU and gains no time) within half its memory (measured: no slower); the caller's settings are
+    restored after (a test may pin one thread)."""
+    limit = store.scalar("SELECT current_setting('memory_limit')")
+    threads = store.scalar("SELECT current_setting('threads')")
+    store.con.execute("SET threads = 1")
+    store.con.execute("SET memory_limit = ?", [_halved(limit)])
+    try:
+        yield
+    finally:
+        store.con.execute(f"SET threads = {int(threads)}")
+        store.con.execute("SET memory_limit = ?", [limit])
 
 
 def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: ProgressBar | None = None,
@@ -43,8 +89,10 @@ def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: 
 
 
 def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: ProgressBar | None = None,
-                 jobs: int = 1, vanish_engines: list[str] | None = None, hold_live_tail: bool = True) -> IngestResult:
-    """Plan every file against the manifest, parse what changed (in ``jobs`` processes), load it.
+                 jobs: int = 1, vanish_engines: list[str] | None = None, hold_live_tail: bool = True,
+                 executor: Executor | None = None) -> IngestResult:
+    """Plan every file against the manifest, parse what changed (in ``jobs`` processes, or by ``executor``),
+    load it.
 
     ``vanish_engines``: engines whose manifest rows missing from ``files`` are marked vanished (a scan
     of a whole fleet knows every file of its engines; a single-file ingest does not).
@@ -70,19 +118,9 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
                 forget_source(store, p.prev)
                 bump_engine(store, p.file.engine)
     apply_renames(store, [p for p in plans if p.action == "rename"])
-    big = sum(p.st.st_size for p in work if p.action != "rename") > PARALLEL_MIN_BYTES
-    limit = threads = None
-    if jobs > 1 and big and (len(work) > 1 or splittable(work[0])):
-        # the parser processes have the cores and most of the memory: DuckDB appends on one thread (a
-        # second costs CPU and gains no time) within half its memory (measured: no slower)
-        limit = store.scalar("SELECT current_setting('memory_limit')")
-        threads = store.scalar("SELECT current_setting('threads')")
-        store.con.execute("SET threads = 1")
-        store.con.execute("SET memory_limit = ?", [_halved(limit)])
-        outcomes = parse_in_pool(store, work, jobs, prog)
-    else:
-        outcomes = (( p, load_file(store, p, parse_file(p.job()))) for p in work)
-    try:
+    executor = executor or LocalExecutor(jobs)
+    # closing: an executor's clean-up (workers, staged files) runs even when loading stops on an error
+    with contextlib.closing(executor.run(store, work, prog)) as outcomes:
         for p, outcome in outcomes:
             prog.item_done(p.st.st_size)
             changed.add(p.file.engine)
@@ -91,10 +129,9 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
             res.lines += outcome.lines
             res.unparsed += outcome.unparsed
             res.bytes_read += max(outcome.read_bytes - (p.job().start_offset), 0)
-    finally:
-        if limit is not None:                  # as the caller had them (a test may pin one thread)
-            store.con.execute(f"SET threads = {int(threads)}")
-            store.con.execute("SET memory_limit = ?", [limit])
+            if outcome.status.startswith("error"):
+                res.failed.append(f"{p.file.rel_path}: {outcome.status}")
+    res.parse_tasks = executor.tasks
     for engine in sorted(changed):
         join_parts(store, engine)              # before ranks: moved threads take the first part's pid
         ranks_from_pids(store, engine)

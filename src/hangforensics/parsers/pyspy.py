@@ -20,6 +20,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from .vllm_patterns import rank_from_title as vllm_rank_from_title
+
 PROCESS_RE = re.compile(r"^Process (\d+): (.*)$")
 PYTHON_RE = re.compile(r"^Python v(\S+) \((.*)\)$")
 PARENT_RE = re.compile(r"^Parent Process (\d+): (.*)$")
@@ -84,7 +86,11 @@ class Dump:
 
 
 def rank_from_title(title: str) -> str | None:
-    """'sglang::scheduler_DP0_TP3_EP3' -> 'DP0 TP3 EP3'; None when the title names no rank."""
+    """'sglang::scheduler_DP0_TP3_EP3' -> 'DP0 TP3 EP3'; vLLM's 'VLLM::Worker_TP1' -> 'TP1' and
+    'VLLM::EngineCore_DP0' -> 'EngineCore_DP0' (vllm_patterns); None when the title names no rank."""
+    vllm = vllm_rank_from_title(title)
+    if vllm is not None:
+        return vllm
     if "scheduler" not in title and not TITLE_RANK_RE.search(title):
         return None
     tags = TITLE_RANK_RE.findall(title.split("::", 1)[-1])
@@ -364,7 +370,7 @@ def parse_json(lines: list[str], first_line: int = 1) -> Dump:
                 break
             try:
                 obj, end = dec.raw_decode(text, pos)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):   # nesting deeper than any dump: not py-spy's JSON
                 break
             th = _json_thread(obj)
             if th is not None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from . import vllm_log
 from .linemap import LineMap
 from .sglang_batches import batch_rows
 from .sglang_patterns import (
@@ -32,8 +33,6 @@ from .sglang_patterns import (
     PREFIX_HEAD,
     RELEASE_ORDER,
     RELEASE_TRAITS,
-    VLLM,
-    VLLM_KINDS,
 )
 from .sglang_records import Record, RecordRows, handle, leading_dump
 
@@ -219,6 +218,9 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     if batches is not None:
         out.tables["batches"] = batches
     events, others = _event_rows(starts, ctx)
+    stats = vllm_log.stats_rows(events)
+    if stats is not None:
+        out.tables["vllm_stats"] = stats
     rows = _detailed_rows(others, df.get_column("text"), ctx)
     lead = _leading_dump(df, starts, first_line, rows)
     events = _apply_record_rows(events, rows)
@@ -281,7 +283,7 @@ def _leading_dump(df: pl.DataFrame, starts: pl.DataFrame, first_line: int, rows:
 def _renumber(out: Parsed, lm: LineMap, ctx: FileContext) -> None:
     """Rows numbered by payload line -> physical lines, each with its line's envelope time."""
     t = out.tables
-    for name in ("batches", "http_requests", "events"):
+    for name in ("batches", "http_requests", "events", "vllm_stats"):
         if isinstance(t.get(name), pl.DataFrame):
             t[name] = lm.frame(t[name], ("line", "line_end"), collected=True)   # type: ignore[arg-type]
     t["unparsed"] = lm.frame(t["unparsed"])     # type: ignore[arg-type]
@@ -375,38 +377,16 @@ def _date_bare_access(access: pl.DataFrame, batches: pl.DataFrame | None, events
 def _event_rows(starts: pl.DataFrame, ctx: FileContext) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every other record as an event; also returns the records whose kind needs the Python walk.
 
-    vLLM records: 'MM-DD HH:MM:SS' with no year (taken from the nearest dated line), the process name
-    as rank-like context, and the hang messages of sglang-formats.md §9.3 as their own kinds."""
-    ev = starts.filter(~pl.col("kind").is_in(["batch", "access"]))
-    vllm = pl.col("body").str.extract_groups(VLLM)
-    is_vllm = pl.col("kind") == "vllm"
-    ev = ev.with_columns(
-        pl.when(is_vllm).then(vllm.struct.field("vts")).alias("_vts"),
-        pl.when(is_vllm).then(vllm.struct.field("vmsg")).alias("_vmsg"),
-        pl.when(is_vllm).then(vllm.struct.field("vproc")).alias("_vproc"),
-    ).with_columns(
-        pl.concat_str([pl.col("ctx_ts").dt.year().cast(pl.String), pl.lit("-"), pl.col("_vts")])
-        .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False).alias("_vdt"),
-    ).with_columns(
-        # beside a dated line or an envelope time: the nearest year; with only the file's modification
-        # time: the date at or before it
-        pl.when(pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=1)))
-        .then(pl.col("_vdt").dt.offset_by("-1y"))
-        .when(~pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=183)))
-        .then(pl.col("_vdt").dt.offset_by("-1y"))
-        .when(~pl.col("ctx_mtime") & (pl.col("_vdt") < pl.col("ctx_ts") - pl.duration(days=183)))
-        .then(pl.col("_vdt").dt.offset_by("1y"))
-        .otherwise(pl.col("_vdt")).alias("_vdt"),
-        pl.when(~is_vllm).then(pl.col("kind"))
-        .otherwise(_kind_chain(pl.col("_vmsg").fill_null(""), VLLM_KINDS, "vllm")).alias("kind"),
-    )
+    vLLM records ('MM-DD HH:MM:SS' with no year, a process tag, their own message kinds and attributes)
+    are read by ``vllm_log``."""
+    ev = vllm_log.with_vllm_fields(starts.filter(~pl.col("kind").is_in(["batch", "access"])))
     events = ev.select(
         pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"),
         pl.col("line_end"), pl.coalesce(pl.col("ts_dt"), pl.col("_vdt")).alias("ts"),
-        pl.coalesce(pl.col("ranks").str.strip_chars(), pl.col("_vproc")).fill_null("").alias("rank"),
+        pl.coalesce(pl.col("ranks").str.strip_chars(), pl.col("_vrank")).fill_null("").alias("rank"),
         pl.col("kind"),
         pl.coalesce(pl.col("msg"), pl.col("_vmsg"), pl.col("body")).str.slice(0, 2000).alias("message"),
-        pl.lit(None, dtype=pl.String).alias("attrs"),
+        pl.col("_vattrs").alias("attrs"),
     )
     return events, ev.filter(pl.col("kind").is_in(list(DETAILED)))
 

@@ -4,16 +4,16 @@ uvicorn): polars / Rust regex syntax, one table per record family.  Formats:
 
 from __future__ import annotations
 
+from .vllm_patterns import VLLM_LINE
+
 # -- line prefixes ("envelopes" of the payload: SGLang, glog, NCCL debug, vLLM, uvicorn) --------
+# torch before 2.3 prints no time: '[rank2]:[E ProcessGroupNCCL.cpp:523] ...', '[E ProcessGroupNCCL.cpp:475] ...'
 GLOG = (
-    r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
-    r"(?:\d+ )?(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<gmsg>.*)$"
+    r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?:(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
+    r"(?:\d+ )?| )(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<gmsg>.*)$"
 )
 NCCL_DEBUG = r"^[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|ERROR|TRACE|ABORT)"
-VLLM = (
-    r"^(?:\((?P<vproc>\w+) pid=(?P<vpid>\d+)\) )?(?P<vlvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"(?P<vts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[(?P<vsrc>[^\]:]+):(?P<vline>\d+)\] (?P<vmsg>.*)$"
-)
+VLLM = VLLM_LINE          # vLLM V0/V1 records: vllm_patterns
 ACCESS = (
     r'^(?:INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL):\s+(?P<client>\S*) - "(?P<method>[A-Z]+) (?P<upath>\S+)'
     r' HTTP/[\d.]+" (?P<status>\d{3})'
@@ -112,14 +112,6 @@ ACCESS_HEAD = r"^(?:INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL):\s+\S* - \""
 
 
 
-# vLLM (sglang-formats.md §9): stats lines and the messages of a hung or dead engine.
-VLLM_KINDS = [
-    ("vllm_stats", r"Avg prompt throughput: |Avg generation throughput: "),
-    ("vllm_shm_wait", r"No available shared memory broadcast block found"),
-    ("vllm_rpc_timeout", r"RPC call to \w+ timed out"),
-    ("vllm_engine_dead", r"EngineCore encountered|EngineDeadError"),
-    ("vllm_worker_died", r"died unexpectedly"),
-]
 FAULTHANDLER_START = r"^(?:Fatal Python error: |Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!$)"
 NON_PREFIXED_KINDS = [("torch_nccl", GLOG), ("nccl_debug", NCCL_DEBUG), ("vllm", VLLM), ("access", BARE_ACCESS),
                       ("environment", ENVIRONMENT), ("faulthandler", FAULTHANDLER_START)]

@@ -62,14 +62,16 @@ class RecordRows:
 def _torch_nccl(rec: Record, out: RecordRows) -> dict[str, Any]:
     g = torch_nccl.parse_glog(rec.body, rec.ctx_ts)
     ts = rec.ts
-    if g and rec.ctx_mtime:
+    if g and g["ts"] is None:
+        g.pop("ts")            # no time printed: ingest dates it (its envelope's time, else the record before)
+    elif g and rec.ctx_mtime:
         g["ts"] = torch_nccl.at_or_before(g["ts"], rec.ctx_ts)
-    if g:
+    if g and "ts" in g:
         # beside dated log lines, glog may be on another clock (UTC); alone, it is the only clock
         ts = torch_nccl.align_to_log(g, rec.ctx_ts, rec.next_ts) if rec.ctx_dated else g.pop("ts")
         out.ts[rec.line] = ts
-        if g.get("global_rank") is not None and not rec.rank:
-            out.rank[rec.line] = f"rank{g['global_rank']}"
+    if g and g.get("global_rank") is not None and not rec.rank:
+        out.rank[rec.line] = f"rank{g['global_rank']}"
     # torch's C++ stack of the failing watchdog ('Exception raised from ...', 'frame #N: ...')
     if any(x.startswith("frame #") for x in rec.cont):
         dump = native_trace.parse_trace(rec.cont, rec.line + 1)

@@ -6,17 +6,20 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
+# The time is optional: torch before 2.3 printed '[rank2]:[E ProcessGroupNCCL.cpp:523] ...' (2.2) or
+# '[E ProcessGroupNCCL.cpp:475] ...' (2.1 and older, no [rankN]: either).
 GLOG_RE = re.compile(
-    r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
-    r"(?:\d+ )?(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<msg>.*)$"
+    r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?:(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
+    r"(?:\d+ )?| )(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<msg>.*)$"
 )
 # '[PG ID 2 PG GUID 1(tp:0) Rank 4]' (torch 2.5+), '[PG 130 Rank 1]' / '[PG 3 (tp) Rank 1]' (2.3-2.4)
 PG_RE = re.compile(r"\[PG (?:ID )?(?P<pgid>\d+)(?: PG GUID (?P<guid>[^\s(\]]+))?(?: ?\((?P<desc>[^)]*)\))? "
                    r"Rank (?P<rank>\d+)\]")
 WORK_RANK_RE = re.compile(r"^\[Rank (\d+)\] ")
+# torch 2.0 and older print no NumelIn / NumelOut
 TIMEOUT_RE = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+), NumelIn=(-?\d+), "
-    r"NumelOut=(-?\d+), Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
+    r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(-?\d+), "
+    r"NumelOut=(-?\d+))?, Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
 )
 STATUS_RE = re.compile(r"last enqueued (?:NCCL )?work: (\d+), last completed (?:NCCL )?work: (-?\d+)")
 # the collective's SeqNum as the follow-up lines print it, across torch releases
@@ -42,21 +45,13 @@ EVENTS = [
 
 
 def parse_glog(line: str, context: datetime) -> dict[str, Any] | None:
-    """Parse one glog line; ``context`` is the nearest dated log line (glog prints no year)."""
+    """Parse one glog line; ``context`` is the nearest dated log line (glog prints no year).  ``ts`` is None
+    when the line prints no time (torch < 2.3): its envelope or the records around it date it."""
     m = GLOG_RE.match(line)
     if not m:
         return None
-    md = m.group("md")
-    month, day = int(md[:-2]), int(md[-2:])
-    year = context.year
-    if month - context.month > 6:        # December glog line beside a January log line
-        year -= 1
-    elif context.month - month > 6:
-        year += 1
-    frac = (m.group("frac") + "000000")[:6]
-    try:
-        ts = datetime.strptime(f"{year:04d}-{month:02d}-{day:02d} {m.group('hms')}.{frac}", "%Y-%m-%d %H:%M:%S.%f")
-    except ValueError:
+    ts = _glog_time(m, context)
+    if ts is None and m.group("md"):
         return None
     msg = m.group("msg")
     out: dict[str, Any] = {
@@ -85,6 +80,25 @@ def parse_glog(line: str, context: datetime) -> dict[str, Any] | None:
     if out.get("global_rank") is None and out.get("pg_rank") is not None and out.get("pg_id") in (None, 0):
         out["global_rank"] = out["pg_rank"]
     return out
+
+
+def _glog_time(m: re.Match[str], context: datetime) -> datetime | None:
+    """The line's time, its year from ``context``; None when the line prints no time (torch < 2.3) or an
+    impossible one."""
+    md = m.group("md")
+    if not md:
+        return None
+    month, day = int(md[:-2]), int(md[-2:])
+    year = context.year
+    if month - context.month > 6:        # December glog line beside a January log line
+        year -= 1
+    elif context.month - month > 6:
+        year += 1
+    frac = (m.group("frac") + "000000")[:6]
+    try:
+        return datetime.strptime(f"{year:04d}-{month:02d}-{day:02d} {m.group('hms')}.{frac}", "%Y-%m-%d %H:%M:%S.%f")
+    except ValueError:
+        return None
 
 
 def at_or_before(ts: datetime, reference: datetime) -> datetime:

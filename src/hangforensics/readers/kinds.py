@@ -23,8 +23,8 @@ from .payload import head_lines, sniff
 LOG_SNIFF = re.compile(
     r"^(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:"
     r"(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"     # SGLang prefix
-    r"|(?:\[rank\d+\]:)?\[[IWEF]\d{3,4} \d\d:\d\d:\d\d\.\d+"                       # torch glog
-    r"|(?:\(\w+ pid=\d+\) )?(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d"  # vLLM
+    r"|(?:\[rank\d+\]:)?\[[IWEF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+| [\w.]+\.\w+:\d+\])"    # torch glog (< 2.3: no time)
+    r"|(?:\([\w .=-]*pid=\d+(?:, ip=[\d.]+)?\)\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"  # vLLM
     r"|Environment: \S+="
     r")",
     re.M,

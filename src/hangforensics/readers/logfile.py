@@ -264,10 +264,11 @@ class ReadNotes:
 LONG_LINE_BYTES = 1024 * 1024
 
 
-# A line that starts a log record (SGLang prefix, torch glog) of a plain log: chunks of a log end just
+# A line that starts a log record (SGLang prefix, torch glog, vLLM) of a plain log: chunks of a log end just
 # before one, so no record is split and every chunk end is a resume point (a log behind an envelope
 # uses its stack's pattern, payload.PayloadReader.record_start).
-RECORD_START = re.compile(rb"\n(?:\(\w+ pid=\d+[^)]*\)\s*)?\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} )")
+RECORD_START = re.compile(rb"\n(?:\([\w .=-]*pid=\d+[^)]*\)\s*)?(?:\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} )"
+                          rb"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d )")
 
 
 def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,

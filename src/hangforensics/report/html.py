@@ -187,7 +187,7 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
              fs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Geometry of the inline SVG: batch cadence per logging rank, probes, onset and freeze markers."""
     span = store.query(
-        "SELECT min(ts) AS a, max(ts) AS b FROM (SELECT ts FROM batches WHERE engine = ? "
+        "SELECT min(ts) AS a, max(ts) AS b FROM (SELECT ts FROM progress WHERE engine = ? "
         "UNION ALL SELECT ts FROM http_requests WHERE engine = ? UNION ALL SELECT ts FROM events WHERE engine = ?)",
         [engine, engine, engine])[0]
     if span["a"] is None:
@@ -204,11 +204,13 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
         return round(LABEL_W + TIMELINE_W * min(max((t - t0).total_seconds() / total, 0.0), 1.0), 1)
 
     bucket_s = total / BUCKETS
+    # progress: batch lines, or vLLM stats lines with generation throughput (one row per engine core)
     counts = store.query(
-        "SELECT rank, CAST(floor(epoch(ts - ?::TIMESTAMP) / ?) AS INTEGER) AS b, count(*) AS n FROM batches "
+        "SELECT rank, CAST(floor(epoch(ts - ?::TIMESTAMP) / ?) AS INTEGER) AS b, count(*) AS n FROM progress "
         "WHERE engine = ? AND ts >= ? AND ts <= ? GROUP BY ALL", [t0, bucket_s, engine, t0, t1])
-    ranks = sorted({r["rank"] for r in store.query("SELECT DISTINCT rank FROM batches WHERE engine = ?", [engine])},
-                   key=rank_key)
+    kinds = {r["rank"]: r["k"] for r in store.query(
+        "SELECT rank, max(batch_kind) AS k FROM progress WHERE engine = ? GROUP BY rank", [engine])}
+    ranks = sorted(kinds, key=rank_key)
     peak = max((c["n"] for c in counts), default=1)
     rows = []
     for i, rank in enumerate(ranks):
@@ -221,7 +223,7 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
             bars.append({"x": round(LABEL_W + TIMELINE_W * c["b"] / BUCKETS, 1),
                          "w": max(1.0, round(TIMELINE_W / BUCKETS - 0.5, 1)), "y": round(y + ROW_H - 4 - h, 1),
                          "h": round(h, 1), "n": c["n"]})
-        rows.append({"rank": rank or "(main)", "y": y, "bars": bars})
+        rows.append({"rank": rank or ("(stats)" if kinds[rank] == "vllm" else "(main)"), "y": y, "bars": bars})
     probe_y = 30 + len(ranks) * ROW_H
     probes = []
     for r in store.query(
@@ -356,7 +358,8 @@ def _summary(store: Store, engine: str, show_payloads: bool) -> dict[str, Any] |
     return {
         **s, "verdict": _shown(s["verdict"], show_payloads),
         "facts": [_shown(f, show_payloads) for f in (s["facts"] or [])],
-        "files_text": ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(files.items())) + " file(s)",
+        "files_text": ", ".join(f"{n} {k.replace('_', ' ')} file{'s' if n != 1 else ''}"
+                                for k, n in sorted(files.items())),
         "ranks_text": compact_ranks(list(s["ranks"] or [])) if s["ranks"] else "",
         "span_text": f"from {a:%Y-%m-%d %H:%M:%S} to {b:%Y-%m-%d %H:%M:%S}" if a and b else "",
     }

@@ -36,7 +36,14 @@ VIEW_NOTES = {
     "scans": "Written by scan: one row per scan; finished_at is NULL for an interrupted one.",
     "engine_state": "Whether an engine's findings are up to date with its data (incremental scans).",
     "progress": "Forward progress, one row per progress line: SGLang Prefill/Decode batch lines and vLLM stats "
-                "lines whose generation throughput moved. The last row of a rank is where it stopped.",
+                "lines whose generation throughput moved (from vllm_stats). The last row of a rank is where it "
+                "stopped.",
+    "vllm_stats": "One row per vLLM stats line (V0 'Avg prompt throughput: ..., Running, Swapped, Pending, GPU/CPU "
+                  "KV cache usage'; V1 'Engine 000: ..., Running, Waiting, GPU KV cache usage, Prefix cache hit "
+                  "rate', or 'N Engines Aggregated:'), its fields typed and found by name; the same line is also "
+                  "an events row of kind vllm_stats.",
+    "vllm_series": "vllm_stats with each line's progress series: 'DP<i>' for engine core i of a data-parallel "
+                   "deployment that prints one line per engine core, '' for the engine as a whole.",
     "gpu_rank_samples": "gpu_samples with the rank each GPU serves (from server_args base_gpu_id / gpu_id_step).",
     "engine_facts": "One row per engine: what it runs, as its logs show it (model, parallelism, flags, versions).",
     "collective_records": "Collective records read from PyTorch Flight Recorder dumps (one file per rank, "
@@ -60,6 +67,8 @@ VIEW_NOTES = {
                       "the last mark before it.",
     "nccl_progress": "torch ProcessGroupNCCL progress per rank and process group, compared within the group: "
                      "a rank behind the group's furthest completed collective is the suspect.",
+    "watchdog_fires": "One row per scheduler watchdog timeout line, with when the watchdog fired: the first line "
+                      "of the same rank's dump before it (py-spy runs for seconds between the two).",
 }
 VIEW_NOTES.update({
     "captures": "One row per `hangforensics capture` bundle read (its manifest.json): host, command, options, "
@@ -105,15 +114,19 @@ VIEW_COLUMNS: dict[str, dict[str, str]] = {
                  "relation and reporting rank, ...",
     },
     "progress_marks": {
-        "engine": "the engine", "ts": "when", "mark": "progress (a progress line) or start (a server_args line)",
+        "engine": "the engine", "ts": "when",
+        "mark": "progress (a progress line) or start (a server_args line, a vLLM version or engine config line)",
+    },
+    "vllm_series": {
+        "series": "'DP1' for the lines of engine core 1 when the engine prints one line per engine core, else ''",
     },
     "progress": {
         "engine": "the engine", "path": "file of the progress line", "line": "line number in that file",
         "ts": "when it was printed, on the main log's clock",
-        "rank": "rank that printed it ('TP0'; '' for vLLM's main process)",
+        "rank": "rank that printed it ('TP0'); vLLM: the engine core's series ('DP1'), '' for the whole engine",
         "batch_kind": "Prefill, Decode, or vllm for a vLLM stats line",
         "running_req": "requests running (SGLang '#running-req', vLLM 'Running: N reqs')",
-        "queue_req": "requests waiting (SGLang '#queue-req', vLLM 'Waiting: N reqs')",
+        "queue_req": "requests waiting (SGLang '#queue-req', vLLM 'Waiting: N reqs', V0 'Pending: N reqs')",
         "pending_req": "PD disaggregation queues (batches.pending_req); NULL for vLLM",
     },
     "gpu_rank_samples": {
@@ -133,6 +146,13 @@ VIEW_COLUMNS: dict[str, dict[str, str]] = {
                              "NULL when not seen",
         "nccl_version": "NCCL version the log prints, when it does", "torch_version": "torch version the log prints",
         "release_hint": "SGLang release family the log formats point at",
+    },
+    "watchdog_fires": {
+        "engine": "the engine", "path": "file of the timeout line", "line": "its line",
+        "ts": "when the timeout line was printed, on the main log's clock",
+        "rank": "the rank whose watchdog fired", "attrs": "the timeout line's attributes (timeout, soft, who)",
+        "fired_at": "when the watchdog fired: the first line of the rank's dump before the timeout line (debug "
+                    "info, batch info or py-spy record, within 60 s), else the timeout line's time",
     },
     "nccl_progress": {
         "engine": "the engine", "pg": "process group (PG GUID, else PG ID)",

@@ -7,7 +7,7 @@ docs/schema.md (generated from this file: ``python -m hangforensics.store > docs
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # How to bring an older database up to SCHEMA_VERSION: the statements that take version N to N + 1.
 # Writing commands apply them (in one transaction) when they open an older database; read-only
@@ -29,6 +29,11 @@ MIGRATIONS: dict[int, list[str]] = {
         # fragments: dumps cut into parts (stack_joins and process_samples are created by their DDL)
         "ALTER TABLE t_stacks ADD COLUMN IF NOT EXISTS line_end BIGINT",
         "ALTER TABLE t_stacks ADD COLUMN IF NOT EXISTS fragment VARCHAR"],
+    # 4: vLLM stats lines as typed rows (filled from the events already read), vLLM stalls in their terms
+    3: ["ALTER TABLE stalls ADD COLUMN IF NOT EXISTS framework VARCHAR",
+        "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS waiting_req BIGINT",
+        "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS kv_usage DOUBLE",
+        ],
 }
 
 # Table DDL.  Columns named in interface.md §4 are the stable contract; the rest
@@ -147,6 +152,25 @@ TABLES: dict[str, str] = {
         line BIGINT,                    -- line in that source file
         native BOOLEAN,                 -- true for a native (C/C++/CUDA/NCCL) frame
         library VARCHAR                 -- shared object of a native frame, when printed
+    """,
+    "vllm_stats": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        path VARCHAR,                   -- file the row was read from, relative to the ingest root (begins with the engine folder for fleets)
+        line BIGINT,                    -- line number in that file, from 1 (its events row has the same path and line)
+        ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
+        process VARCHAR,                -- who printed it, as its tag names it (APIServer, EngineCore_DP0), '' without a tag
+        engine_index INTEGER,           -- V1 'Engine 001:' (a data-parallel engine core), NULL for V0 and aggregated lines
+        engines INTEGER,                -- V1 'N Engines Aggregated:': the engine cores one line sums up, else NULL
+        format VARCHAR,                 -- v0 (Running/Swapped/Pending) or v1 (Running/Waiting)
+        prompt_tps DOUBLE,              -- 'Avg prompt throughput' (tokens/s) over the interval
+        gen_tps DOUBLE,                 -- 'Avg generation throughput' (tokens/s): > 0 is forward progress
+        running BIGINT,                 -- 'Running: N reqs' (stale when the engine core stopped reporting)
+        waiting BIGINT,                 -- V1 'Waiting: N reqs', V0 'Pending: N reqs'
+        swapped BIGINT,                 -- V0 'Swapped: N reqs'
+        kv_usage DOUBLE,                -- 'GPU KV cache usage' in percent
+        cpu_kv_usage DOUBLE,            -- V0 'CPU KV cache usage' (swap space) in percent
+        prefix_hit DOUBLE,              -- V1 'Prefix cache hit rate' in percent
+        collected_ts TIMESTAMP          -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
     """,
     "leak_reports": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
@@ -268,7 +292,7 @@ TABLES: dict[str, str] = {
         segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
         onset TIMESTAMP,                -- last forward progress
         evidence_end TIMESTAMP,         -- last evidence of the run (any line)
-        silent_s DOUBLE,                -- seconds from onset to evidence_end
+        silent_s DOUBLE,                -- seconds from onset to evidence_end (vLLM: to the end the liveness probes show when only access lines, which print no time, follow)
         pending VARCHAR,                -- why work was pending
         ranks VARCHAR[],                -- every rank seen in the segment
         path VARCHAR,                   -- the last batch line
@@ -276,7 +300,10 @@ TABLES: dict[str, str] = {
         evidence STRUCT(file VARCHAR, line BIGINT)[], -- supporting lines, each {file, line}, file relative to the ingest root
         ts_basis VARCHAR,               -- read (the last progress line) or inferred (watchdog fire time minus its timeout, ...)
         cadence_s DOUBLE,               -- the engine's usual gap between progress lines before the stall (median)
-        running_req BIGINT              -- requests running in the last progress line
+        running_req BIGINT,             -- requests running in the last progress line (vLLM: its last stats line)
+        framework VARCHAR,              -- sglang (batch lines) or vllm (stats lines)
+        waiting_req BIGINT,             -- vLLM: requests waiting in the last stats line (V0 'Pending')
+        kv_usage DOUBLE                 -- vLLM: GPU KV cache usage (percent) in the last stats line
     """,
     "rank_classes": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
@@ -521,14 +548,39 @@ CAPTURE_TABLES: dict[str, str] = {
 }
 TABLES.update(CAPTURE_TABLES)
 
+
+
+def _num(rx: str, typ: str) -> str:
+    return f"TRY_CAST(NULLIF(regexp_extract(message, '{rx}', 1), '') AS {typ})"
+
+
+# A database of version 3 holds vLLM stats lines only as events: their typed rows, as the parser reads them
+# (parsers/vllm_log.stats_rows), so that the progress view keeps seeing them without a re-ingest.
+_V0 = r"regexp_matches(message, '(?:Pending|Swapped): \d+ reqs')"
+_CPU_KV = _num(r", CPU KV cache usage: ([\d.]+)%", "DOUBLE")
+_BACKFILL = [
+    "engine", "path", "line", "ts", "rank",
+    _num(r"^Engine (\d+): ", "INTEGER"), _num(r"^(\d+) Engines Aggregated: ", "INTEGER"),
+    f"CASE WHEN {_V0} THEN 'v0' ELSE 'v1' END",
+    _num(r"Avg prompt throughput: ([\d.]+)", "DOUBLE"), _num(r"Avg generation throughput: ([\d.]+)", "DOUBLE"),
+    _num(r"Running: (\d+) reqs", "BIGINT"), _num(r"(?:Waiting|Pending): (\d+) reqs", "BIGINT"),
+    _num(r"Swapped: (\d+) reqs", "BIGINT"), _num(r"KV cache usage: ([\d.]+)%", "DOUBLE"),
+    f"CASE WHEN {_V0} THEN {_CPU_KV} END",
+    _num(r"Prefix cache hit rate: (?:GPU: )?([\d.]+)%", "DOUBLE"), "collected_ts",
+]
+MIGRATIONS[3] += [
+    f"CREATE TABLE IF NOT EXISTS t_vllm_stats ({TABLES['vllm_stats']})",
+    f"INSERT INTO t_vllm_stats SELECT {', '.join(_BACKFILL)} FROM t_events WHERE kind = 'vllm_stats'",
+]
+
 # Tables whose timestamps are stored as the file printed them: the interface view of
 # the same name adds the file's clock offset (sources.clock_offset_s), so evidence
 # from another node's clock lines up with the main log without rewriting rows.
 CLOCKED = {"events": "path", "batches": "path", "http_requests": "file", "stacks": "path", "leak_reports": "path",
-           "gpu_samples": "path"}
+           "gpu_samples": "path", "vllm_stats": "path"}
 
 # Parsed tables appended by ingest, in load order.
-LOADED_TABLES = ("events", "batches", "http_requests", "stacks", "frames", "leak_reports", "gpu_samples",
+LOADED_TABLES = ("events", "batches", "http_requests", "vllm_stats", "stacks", "frames", "leak_reports", "gpu_samples",
                  "collective_records", "process_samples", "unparsed")
 LOADED_TABLES += ("captures", "capture_processes", "capture_dumps", "capture_failures", "process_facts")
 

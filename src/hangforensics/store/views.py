@@ -6,17 +6,20 @@ from .schema import CLOCKED, TABLES, physical
 
 # Views over the tables, for questions SREs ask often.
 VIEWS = {
+    # vLLM stats lines, each with its progress series: a data-parallel deployment prints one line per engine
+    # core ('Engine 001:'), each its own series 'DP1'; one engine core (or an aggregated line) is the engine.
+    "vllm_series": """
+        SELECT *, CASE WHEN engine_index IS NOT NULL AND max(engine_index) OVER (PARTITION BY engine) > 0
+                       THEN 'DP' || engine_index ELSE '' END AS series
+        FROM vllm_stats
+    """,
     # Forward progress: SGLang batch lines, and vLLM stats lines whose generation throughput moved.
     "progress": """
         SELECT engine, path, line, ts, rank, batch_kind, running_req, queue_req, pending_req FROM batches
         UNION ALL
-        SELECT engine, path, line, ts, rank, 'vllm' AS batch_kind,
-               TRY_CAST(regexp_extract(message, 'Running: (\\d+) reqs', 1) AS BIGINT) AS running_req,
-               TRY_CAST(regexp_extract(message, 'Waiting: (\\d+) reqs', 1) AS BIGINT) AS queue_req,
-               NULL::BIGINT AS pending_req
-        FROM events
-        WHERE kind = 'vllm_stats'
-          AND TRY_CAST(regexp_extract(message, 'Avg generation throughput: ([0-9.]+)', 1) AS DOUBLE) > 0
+        SELECT engine, path, line, ts, series AS rank, 'vllm' AS batch_kind, running AS running_req,
+               waiting AS queue_req, NULL::BIGINT AS pending_req
+        FROM vllm_series WHERE gen_tps > 0
     """,
     # One row per (engine, source, rank, process group, sequence number, op) as reported: several torch
     # lines about one collective on one rank are one row (a timeout line names no group: it takes the
@@ -67,7 +70,7 @@ VIEWS = {
     "progress_marks": """
         SELECT engine, ts, 'progress' AS mark FROM progress WHERE ts IS NOT NULL
         UNION ALL
-        SELECT engine, ts, 'start' AS mark FROM events WHERE kind = 'server_args' AND ts IS NOT NULL
+        SELECT engine, ts, 'start' AS mark FROM events WHERE kind IN ('server_args', 'vllm_start') AND ts IS NOT NULL
     """,
     # GPU index -> local rank via base_gpu_id / gpu_id_step (server_args), labelled like the log prefix.
     "gpu_rank_samples": """
@@ -81,7 +84,9 @@ VIEWS = {
     # What an engine runs, as its logs show it: the configuration facts a fleet view compares.
     "engine_facts": """
         WITH a AS (
-            SELECT engine, arg_max(attrs, ts) AS attrs FROM events WHERE kind = 'server_args' GROUP BY engine),
+            SELECT engine, arg_max(attrs, ts) AS attrs FROM events
+            WHERE kind = 'server_args' OR (kind = 'vllm_start' AND json_extract(attrs, '$.tp_size') IS NOT NULL)
+            GROUP BY engine),
         env AS (
             SELECT engine, string_agg(message, ' ') AS env FROM events WHERE kind = 'environment' GROUP BY engine),
         nccl AS (
@@ -107,6 +112,24 @@ VIEWS = {
         FROM sources s LEFT JOIN a USING (engine) LEFT JOIN env USING (engine) LEFT JOIN nccl USING (engine)
              LEFT JOIN torch USING (engine)
         GROUP BY ALL
+    """,
+    # One row per scheduler watchdog timeout line, with the time the watchdog fired: the first line of the
+    # same rank's dump before it (debug info / batch info / py-spy record), else the timeout line itself.
+    # py-spy --native runs for seconds between the two, so timeout lines of ranks that fired together can
+    # be seconds apart.
+    "watchdog_fires": """
+        WITH t AS (
+            SELECT engine, path, line, ts, rank, attrs FROM events WHERE kind = 'watchdog_timeout'),
+        d AS (
+            SELECT engine, rank, ts FROM events
+            WHERE kind IN ('watchdog_debug_info', 'watchdog_batch_info', 'pyspy_dump', 'pyspy_failed')
+              AND ts IS NOT NULL AND rank <> '')
+        SELECT t.*, COALESCE((
+            SELECT min(d.ts) FROM d
+            WHERE d.engine = t.engine AND d.rank = t.rank AND d.ts <= t.ts AND d.ts >= t.ts - INTERVAL 60 SECOND
+              AND NOT EXISTS (SELECT 1 FROM t p WHERE p.engine = t.engine AND p.rank = t.rank
+                              AND p.ts < t.ts AND p.ts >= d.ts)), t.ts) AS fired_at
+        FROM t
     """,
     # torch ProcessGroupNCCL progress per rank and process group, compared within the group:
     # ranks stuck on the same SeqNum agree; a rank behind the group's furthest, or absent, is the suspect.

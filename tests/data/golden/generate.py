@@ -45,6 +45,7 @@ CORPORA: dict[str, tuple[list[Path], str]] = {
     "envelopes": ([DATA / "envelopes"], "engine"),
     "collectives": ([*sorted((DATA / "collectives" / "fr").iterdir()), DATA / "collectives" / "ras"], "engine"),
     "fragments": ([DATA / "fragments"], "engine"),
+    "families": ([DATA / "families" / "fleet"], "fleet"),
     # generated (bench/generate.py, seeded): a batch-heavy log over several read chunks
     "big": ([], "engine"),
 }

@@ -8,7 +8,7 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .layers import _Items, _Joiner, _Layer, _PrefixLayer
+from .layers import _Items, _JoiningLayer, _Layer, _PrefixLayer
 from .times import _ISO, _MON, _ZONE, _any_ts, _iso_ts
 
 if TYPE_CHECKING:
@@ -16,11 +16,14 @@ if TYPE_CHECKING:
 
 
 class _Kubectl(_PrefixLayer):
+    """``kubectl logs --timestamps``, with ``--prefix`` (several pods or containers in one stream) each
+    line first names its source: ``[pod/sglang-1/sglang] 2026-05-24T03:44:45.123Z ...``."""
+
     name = "kubectl"
-    rx = re.compile(r"^" + _ISO + _ZONE + r"(?: |$)", re.ASCII)
+    rx = re.compile(r"^(?:\[pod/[^\s\]]+\] )?" + _ISO + _ZONE + r"(?: |$)", re.ASCII)
 
     def prefix(self) -> str:
-        return r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d) "
+        return r"(?:\[pod/[^\s\]]+\] )?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d) "
 
     def run(self, it: _Items, final: bool) -> _Items:
         # the hot path of the commonest envelope: inlined (no method call per line)
@@ -47,13 +50,9 @@ class _Kubectl(_PrefixLayer):
         return _Items(txt, it.ln, it.sp, tss)
 
 
-class _Cri(_Layer):
+class _Cri(_JoiningLayer):
     name = "cri"
     rx = re.compile(r"^" + _ISO + r"(Z|z|[+-]\d\d:?\d\d) (stdout|stderr) ([PF])(?: |$)", re.ASCII)
-
-    def __init__(self, param: str, u: Unwrapper) -> None:
-        super().__init__(param, u)
-        self.j = _Joiner(u)
 
     def prefix(self) -> str:
         return r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?:stdout|stderr) [PF] "
@@ -76,9 +75,6 @@ class _Cri(_Layer):
             j.flush(out, everything=True)
         return out
 
-    def pending_first(self) -> int | None:
-        return self.j.pending_first()
-
 
 def _json_obj(s: str) -> dict | None:
     if not s.startswith("{"):
@@ -92,14 +88,10 @@ def _json_obj(s: str) -> dict | None:
     return d if isinstance(d, dict) else None
 
 
-class _DockerJson(_Layer):
+class _DockerJson(_JoiningLayer):
     name = "docker_json"
     # the driver's own key order ({"log":"...","stream":"...","time":"..."}); anything else: json.loads
     tail = re.compile(r'","stream":"(\w+)","time":"' + _ISO + _ZONE + r'"\}$', re.ASCII)
-
-    def __init__(self, param: str, u: Unwrapper) -> None:
-        super().__init__(param, u)
-        self.j = _Joiner(u)
 
     def prefix(self) -> str:
         return r'\{"log":"'
@@ -150,9 +142,6 @@ class _DockerJson(_Layer):
             j.flush(out, everything=True)
         return out
 
-    def pending_first(self) -> int | None:
-        return self.j.pending_first()
-
 
 def _message_text(v: object) -> str | None:
     """journald MESSAGE: a string, or a list of byte values when it is not valid UTF-8."""
@@ -166,7 +155,7 @@ def _message_text(v: object) -> str | None:
     return None
 
 
-class _JsonLines(_Layer):
+class _JsonLines(_JoiningLayer):
     """journald ``-o json``, Fluent Bit and Vector: one JSON object per line, payload in one key."""
 
     def __init__(self, param: str, u: Unwrapper) -> None:
@@ -174,7 +163,6 @@ class _JsonLines(_Layer):
         key, _, tkey = param.partition("\t")
         self.key = key or "log"
         self.tkey = tkey
-        self.j = _Joiner(u)
 
     def prefix(self) -> str:
         return r'\{[^\n]*?"' + re.escape(self.key) + r'": ?"'
@@ -209,9 +197,6 @@ class _JsonLines(_Layer):
         if final:
             j.flush(out, everything=True)
         return out
-
-    def pending_first(self) -> int | None:
-        return self.j.pending_first()
 
 
 class _Journald(_Layer):

@@ -214,6 +214,18 @@ def _detect_viewer_lineno(lines: list[str], need: float) -> str | None:
     return style
 
 
+# A viewer may show another layer's lines: a compose service prefix between its column and the record.
+_INNER_PREFIX = re.compile(r"[\w.-]{1,80} *\| ?", re.ASCII)
+
+
+def _record_at(s: str, pos: int) -> bool:
+    """Whether a payload record head starts at ``pos``, directly or behind a compose prefix."""
+    if _HEAD_RX.match(s, pos):
+        return True
+    m = _INNER_PREFIX.match(s, pos)
+    return m is not None and _HEAD_RX.match(s, m.end()) is not None
+
+
 def _detect_viewer_ts(lines: list[str], need: float) -> str | None:
     ne = _nonblank(lines)
     if len(ne) < 3:
@@ -225,7 +237,7 @@ def _detect_viewer_ts(lines: list[str], need: float) -> str | None:
     seps: dict[str, int] = {}
     heads = 0
     for m in ms:
-        if _HEAD_RX.match(m.string, m.end()):
+        if _record_at(m.string, m.end()):
             heads += 1
             seps[m.group(4)] = seps.get(m.group(4), 0) + 1
     # the payload behind the column has its own record heads (SGLang, glog, vLLM): else the 'column'

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
 
 # -- payload record heads (sglang-formats.md §1, §8.1, §9.1) ----------------------------------------
 # A line that starts a payload record: SGLang prefix, torch glog, vLLM.  Chunks are cut before one.
-PAYLOAD_HEAD = (r"(?:\(\w+ pid=\d+[^)\n]*\)\s*)?"
-                r"(?:\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} )|(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d )")
+PAYLOAD_HEAD = (r"(?:\([\w .=-]*pid=\d+[^)\n]*\)\s*)?"     # vLLM's tags: '(VllmWorker TP1 pid=N)', '(pid=N)'
+                r"(?:\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} |[IWEF] \w+\.\w+:\d+\] )"
+                r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d )")
 
 # A physical line that begins something (a record, an envelope prefix, a dump line, a blank line), as
 # opposed to the continuation of a line a terminal wrapped.  Indented lines count as beginnings (dump
@@ -30,7 +31,7 @@ LINE_START = re.compile(
 # Outside the fences of a paste: a line that looks like evidence (else it is prose, not evidence).
 EVIDENCE = re.compile(
     r"(?:[ \t]+\S|\d{4}-\d\d-\d\d[T ]\d\d:\d\d|<\d{1,3}>|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\{\""
-    r"|[\w.-]+ +\| |\[(?:\d{4}-\d\d-\d\d|rank\d+\]|[IWEF]\d{3,4} |\d+\] )|\(\w+ pid=\d+"
+    r"|[\w.-]+ +\| |\[(?:\d{4}-\d\d-\d\d|rank\d+\]|[IWEF]\d{3,4} |[IWEF] \w+\.\w+:\d+\] |\d+\] )|\(\w+ pid=\d+"
     r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)[: ]|\w*(?:Error|Exception)\b:|Traceback \(|"
     r"Thread (?:0x[0-9a-fA-F]+|\d+) |Process \d+: |Python v\d|Current thread 0x|Fatal Python error"
     r"|frame #\d+|#\d+ +0x|terminate called|  what\(\)|Exception raised from|Environment: \S+="
@@ -89,6 +90,18 @@ class _Layer:
     def pending_first(self) -> int | None:
         """First physical line of what this layer holds back for the next chunk."""
         return None
+
+
+class _JoiningLayer(_Layer):
+    """A collector that splits long lines into parts (CRI ``P``/``F`` tags, docker's 16 KiB pieces, JSON
+    lines' partial flags): its ``_Joiner`` holds a line's parts until the last one arrives."""
+
+    def __init__(self, param: str, u: Unwrapper) -> None:
+        super().__init__(param, u)
+        self.j = _Joiner(u)
+
+    def pending_first(self) -> int | None:
+        return self.j.pending_first()
 
 
 class _PrefixLayer(_Layer):
