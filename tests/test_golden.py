@@ -7,6 +7,7 @@ fast ingest path existed; any change of parsing shows up here as the first diffe
 from __future__ import annotations
 
 import importlib.util
+import os
 from functools import cache
 
 import pyarrow as pa
@@ -86,3 +87,50 @@ def test_split_log_equals_golden(monkeypatch: pytest.MonkeyPatch, scan_min: str)
     monkeypatch.setattr(pipeline, "PARALLEL_MIN_BYTES", 1024)
     monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1024)
     assert_same(gen.snapshot_corpus("big", jobs=2), expected("big"))
+
+
+def test_scanner_failure_falls_back_to_the_general_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scanner that fails when called (compiling or caching its code) is turned off for the process; the
+    chunk and the rest are read by the general parser, with the same views."""
+    from hangforensics.parsers import sglang_fast, sglang_scan
+
+    def broken(*args: object) -> None:
+        raise OSError("cannot write the numba cache")
+
+    monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", "0")
+    monkeypatch.setattr(sglang_fast, "_scanner", None)
+    monkeypatch.setattr(sglang_scan, "scan", broken)
+    assert_same(gen.snapshot_corpus("variants"), expected("variants"))
+    assert sglang_fast.scanner() is None
+
+
+def test_scanner_off_without_a_numba_cache(tmp_path) -> None:
+    """Where numba has no writable cache directory (it refuses ``cache=True``), the scanner module still
+    imports, reports itself uncached, and a large read takes the general parser: no crash, same rows."""
+    import subprocess
+    import sys
+    import textwrap
+
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"[2026-01-01 00:00:{i % 60:02d} TP0] Decode batch, #running-req: {i}, #token: 8, "
+                           f"token usage: 0.01, gen throughput (token/s): 1.5, #queue-req: 0\n" for i in range(500)))
+    code = textwrap.dedent(f"""
+        import logging
+        from numba.core import caching
+        impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+        impl._locator_classes = []                    # as with no writable directory anywhere
+        logging.basicConfig()
+        from hangforensics.parsers import sglang_fast, sglang_scan
+        from hangforensics.store import Store
+        from hangforensics.ingest.pipeline import ingest_paths
+        assert sglang_scan.CACHED is False
+        with Store(":memory:") as st:
+            ingest_paths(st, [{str(log)!r}], mode="engine")
+            print(st.scalar("SELECT count(*) FROM batches"), st.scalar("SELECT sum(running_req) FROM batches"))
+        assert sglang_fast.scanner() is None
+    """)
+    env = {**os.environ, "HANGFORENSICS_SCAN_MIN_BYTES": "0"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["500", str(sum(range(500)))]
+    assert "compiled log scanner is off" in run.stderr

@@ -72,7 +72,7 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     behind it, so each one is whole records; yields (parsed, resumable): ``out`` (read_bytes, lines) is a
     resume point after a resumable one.  At the end of a live file, lines the envelope holds back (a CRI
     ``P`` run without its ``F``) are left for the next read, which resumes where they begin."""
-    from ..parsers.sglang_fast import scan_min_bytes  # (numba is imported only when the scanner runs)
+    from ..parsers.sglang_fast import scan_min_bytes, scanner  # (numba is imported only for a large read)
     from ..parsers.sglang_log import FileContext
 
     mtime = f.abs_path.stat().st_mtime
@@ -85,7 +85,7 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     next_line = job.start_line
     plain = reader.unwrapper is None         # a plain log's lines stay one polars column, never Python strings
     # a large plain read: the compiled scanner takes batch and access lines (sglang_fast)
-    scan = plain and _read_size(job) >= scan_min_bytes()
+    scan = plain and _read_size(job) >= scan_min_bytes() and scanner() is not None
     for chunk in iter_chunks(f.abs_path, job.start_offset, job.start_line, records=True, end_offset=job.end_offset,
                              notes=out.notes, hold_partial=job.hold_partial, record_start=reader.record_start(),
                              column=("raw" if scan else plain), chunk_bytes=SCAN_CHUNK_BYTES if scan else CHUNK_BYTES):

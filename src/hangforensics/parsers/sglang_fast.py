@@ -11,7 +11,9 @@ are computed over all records in file order.  Rows are numbered by the file's li
 
 from __future__ import annotations
 
+import logging
 import os
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -25,15 +27,43 @@ from .sglang_patterns import RELEASE_ORDER
 SCAN_MIN_BYTES = 16 * 1024 * 1024
 
 
+class _Off(Exception):
+    """The scanner is off in this process."""
+
+
 def scan_min_bytes() -> int:
     """SCAN_MIN_BYTES, or HANGFORENSICS_SCAN_MIN_BYTES (the tests run every corpus through the scanner)."""
     return int(os.environ.get("HANGFORENSICS_SCAN_MIN_BYTES", SCAN_MIN_BYTES))
 
 
+_scanner: Any = None       # the sglang_scan module once imported; False: unusable in this process
+
+
+def scanner() -> Any:
+    """The compiled scanner (``sglang_scan``), or None where it cannot run well: numba missing or broken,
+    or no writable cache for its compiled code (every process would compile it afresh).  The reason is
+    logged once per process; the general parser then reads every line, with the same result."""
+    global _scanner
+    if _scanner is None:
+        try:
+            from . import sglang_scan
+            if not sglang_scan.CACHED:
+                raise RuntimeError("no writable cache directory for numba (NUMBA_CACHE_DIR)")
+            _scanner = sglang_scan
+        except Exception as e:              # noqa: BLE001 (an optional accelerator: any failure means "without")
+            _disable(e)
+    return _scanner or None
+
+
+def _disable(e: BaseException) -> None:
+    global _scanner
+    _scanner = False
+    logging.getLogger(__name__).warning("the compiled log scanner is off (%s: %s); large logs are read by the "
+                                        "general parser, more slowly", type(e).__name__, e)
+
+
 def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
     """Parse the lines of a plain log chunk (``raw``: its bytes, valid UTF-8) as ``parse_chunk`` does."""
-    from . import sglang_scan as sc
-
     buf = np.frombuffer(raw, np.uint8)
     nl = np.flatnonzero(buf == 10)
     n = len(nl) + (1 if len(buf) and buf[-1] != 10 else 0)
@@ -42,12 +72,20 @@ def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
     starts = np.r_[0, nl + 1][:n].astype(np.int64)
     ends = np.r_[nl, len(buf)][:n].astype(np.int64)
     ends -= (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13)          # CRLF
-    kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart = sc.scan(
-        buf, starts, ends, np.flatnonzero(buf == 91), raw.isascii())
     # every line as a string view over the bytes, its line ending included (sliced where used)
     lines = pl.from_arrow(pa.LargeStringArray.from_buffers(n, pa.py_buffer(np.r_[starts, len(buf)]),
                                                            pa.py_buffer(raw)))
     assert isinstance(lines, pl.Series)
+    sc = scanner()
+    try:
+        if sc is None:
+            raise _Off
+        kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart = sc.scan(
+            buf, starts, ends, np.flatnonzero(buf == 91), raw.isascii())
+    except Exception as e:                  # noqa: BLE001 (compiling or caching failed: the general parser)
+        if sc is not None:
+            _disable(e)
+        return parse_chunk(lines.str.strip_suffix("\n").str.strip_suffix("\r"), first_line, ctx)
     bulk = (kind == sc.BATCH) | (kind == sc.ACCESS)
     other = ~bulk
     near = np.zeros(n, np.bool_)

@@ -18,11 +18,30 @@ general parser: kind 0.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit as _numba_njit
 
 from .sglang_patterns import BATCH_FLOAT_KEYS, BATCH_INT_KEYS, PENDING_KEYS
 
 REST, BATCH, ACCESS, BATCH_SLOW = 0, 1, 2, 3
+
+# Whether the compiled code is cached on disk (beside this file, or in NUMBA_CACHE_DIR / the user's cache).
+# Where no cache directory is writable, numba refuses ``cache=True``: the functions are then declared
+# without it, and ``sglang_fast`` leaves this module unused (compiling afresh in every process, some 10-20 s,
+# costs more than the general parser saves).
+CACHED = True
+
+
+def njit(**options):
+    """numba's ``njit(cache=True, **options)``, or without the cache where numba has nowhere to write it."""
+    def declare(f):
+        global CACHED
+        if CACHED:
+            try:
+                return _numba_njit(cache=True, **options)(f)
+            except RuntimeError:                # "cannot cache function ...: no locator available"
+                CACHED = False
+        return _numba_njit(**options)(f)
+    return declare
 
 # Key table: (key, column slot).  Slots: ints 0..5 (BATCH_INT_KEYS order), floats 6..11
 # (BATCH_FLOAT_KEYS order), graph 12, pending keys 13.. (PENDING_KEYS order).
@@ -74,17 +93,17 @@ NFLOAT = len(FLOAT_COLS)
 NPEND = len(PENDING_KEYS)
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _digit(c: int) -> bool:
     return 48 <= c <= 57
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _space(c: int) -> bool:
     return c == 32 or 9 <= c <= 13
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _digits(buf, p: int, n: int) -> bool:
     for k in range(n):  # noqa: SIM110 (numba compiles no generator)
         if not _digit(buf[p + k]):
@@ -92,7 +111,7 @@ def _digits(buf, p: int, n: int) -> bool:
     return True
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _num(buf, p: int, n: int) -> int:
     v = 0
     for k in range(n):
@@ -100,7 +119,7 @@ def _num(buf, p: int, n: int) -> int:
     return v
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _stamp(buf, p: int, end: int) -> bool:
     """``\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d`` at ``p``."""
     if p + 19 > end:
@@ -110,7 +129,7 @@ def _stamp(buf, p: int, end: int) -> bool:
             and _digits(buf, p + 14, 2) and buf[p + 16] == 58 and _digits(buf, p + 17, 2))
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _micros(buf, p: int) -> int:
     """The stamp at ``p`` in microseconds since 1970 (naive), or -1 where polars would not read it."""
     y, m, d = _num(buf, p, 4), _num(buf, p + 5, 2), _num(buf, p + 8, 2)
@@ -129,7 +148,7 @@ def _micros(buf, p: int) -> int:
     return (days * 86400 + hh * 3600 + mi * 60 + ss) * 1000000
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _word(buf, p: int, end: int, words) -> int:
     """Length of the first of ``words`` ('|'-separated) at ``p``, or 0."""
     a = 0
@@ -151,7 +170,7 @@ def _word(buf, p: int, end: int, words) -> int:
     return 0
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _ranks_end(buf, p: int, end: int) -> int:
     """End of ``(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\\d+)*`` at ``p`` when a ']' follows it, else -1."""
     while p < end and buf[p] == 32:
@@ -167,7 +186,7 @@ def _ranks_end(buf, p: int, end: int) -> int:
     return p if p < end and buf[p] == 93 else -1
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _int(buf, a: int, b: int):
     """(value, status) of a stripped value: status 1 read, 0 empty (null), 2 not a plain integer."""
     while a < b and _space(buf[a]):
@@ -184,7 +203,7 @@ def _int(buf, a: int, b: int):
     return (-v if neg else v), 1
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _float(buf, a: int, b: int):
     """(value, status) as ``_int``: plain decimals of at most 15 digits, read exactly (one correctly
     rounded division of two exact doubles, as polars' parser rounds)."""
@@ -214,7 +233,7 @@ def _float(buf, a: int, b: int):
     return (-v if neg else v), 1
 
 
-@njit(cache=True)
+@njit()
 def _batch(buf, ms: int, end: int, ival, ist, fval, fst, graph, flags, row: int) -> int:
     """Fields of the batch message at ``ms`` into row ``row`` (ival/ist: forward_iter, INT_COLS, PENDING_KEYS;
     fval/fst: FLOAT_COLS; status 1 read, 0 null, 2 for the general extraction; graph -1 null); returns
@@ -291,7 +310,7 @@ def _batch(buf, ms: int, end: int, ival, ist, fval, fst, graph, flags, row: int)
     return status
 
 
-@njit(cache=True, inline="always")
+@njit(inline="always")
 def _slot(buf, c: int, e: int) -> int:
     """Column slot of the key buf[c:e], or -1."""
     if e - c >= 64 or buf[c] >= 128:
@@ -310,7 +329,7 @@ def _slot(buf, c: int, e: int) -> int:
     return -1
 
 
-@njit(cache=True)
+@njit()
 def _access(buf, ms: int, end: int, spans, row: int) -> int:
     """The access regex on the message at ``ms`` (greedy path only; anything else is left to it)."""
     n = _word(buf, ms, end, _LEVELS)
@@ -355,7 +374,7 @@ def _access(buf, ms: int, end: int, spans, row: int) -> int:
     return ACCESS
 
 
-@njit(cache=True)
+@njit()
 def scan(buf, starts, ends, brackets, ascii_all):
     """Per line [starts[i], ends[i]) of ``buf`` (the line ending excluded): kind, time (us) and stripped
     rank span of bulk lines, the typed fields of batch lines, the field spans of access lines, and where
@@ -383,7 +402,7 @@ def scan(buf, starts, ends, brackets, ascii_all):
     return kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart
 
 
-@njit(cache=True)
+@njit()
 def _plain(buf, s: int, e: int, brackets, b: int, ascii_all: bool) -> bool:
     """An ASCII line with no other record's stamp '[YYYY-MM-DD HH:MM:SS' after its first character
     (``brackets[b:]``: the '[' after its start)."""
@@ -398,7 +417,7 @@ def _plain(buf, s: int, e: int, brackets, b: int, ascii_all: bool) -> bool:
     return True
 
 
-@njit(cache=True)
+@njit()
 def _line(buf, s: int, e: int, row: int, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart) -> int:
     if e - s < 22 or buf[s] != 91 or not _stamp(buf, s + 1, e) or (buf[s + 20] != 93 and buf[s + 20] != 32):
         return REST
