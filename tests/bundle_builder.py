@@ -55,6 +55,7 @@ class Bundle:
     engine: str = "gpu7-decode"
     failures: list[Failure] = field(default_factory=list)
     proc_files: bool = True
+    rank_gap_ms: int = 1                # one round reads rank after rank: how far apart
 
     def write(self, where: Path) -> Path:
         """Write the bundle's engine folder under ``where``; return it."""
@@ -69,7 +70,7 @@ class Bundle:
                 if k > len(ats):
                     continue
                 at, pid = ats[k - 1], pids[rank]
-                taken = started + timedelta(milliseconds=2 + i)
+                taken = started + timedelta(milliseconds=2 + i * self.rank_gap_ms)
                 facts.append(ProcessFacts(pid, taken, state=at.state, cpu_user_s=at.cpu + 3.0, cpu_system_s=0.5,
                                           wchan=at.wchan, syscall="recvmsg" if at.wchan else "running",
                                           threads=2, main_cpu_s=at.cpu))
@@ -80,7 +81,8 @@ class Bundle:
                              "thread_wchans": {at.wchan or "-": 1}, "thread_list": [
                                  {"tid": pid, "comm": "sglang::schedul", "state": at.state, "wchan": at.wchan,
                                   "cpu_s": at.cpu}]})
-                start, end = started + timedelta(milliseconds=20 + i), started + timedelta(milliseconds=90 + i)
+                gap = i * self.rank_gap_ms
+                start, end = started + timedelta(milliseconds=20 + gap), started + timedelta(milliseconds=90 + gap)
                 rel = f"pyspy/round{k}/{rank}-{pid}.txt"
                 if at.frames is None:
                     dumps.append(DumpRecord(k, pid, rank, rank, "scheduler", False, None, None, start, end, False,

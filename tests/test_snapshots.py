@@ -148,6 +148,16 @@ def test_incident_2_one_snapshot_cannot_call_it_a_desync_repeated_snapshots_can(
     assert f["TP1"]["since"] == WALL + timedelta(milliseconds=91) and f["TP1"]["span_s"] == pytest.approx(10.0)
 
 
+def test_ranks_stuck_since_one_round_are_one_finding_though_the_round_straddles_a_clock_second(tmp_path: Path):
+    # a loaded host dumps rank after rank 400 ms apart: TP1 at 10:02:11.6, TP3 at 10:02:12.4, one round
+    eng = Bundle({f"TP{i}": stuck(BROADCAST, 3) for i in range(4)}, rank_gap_ms=400).write(tmp_path)
+    st, found = analyze(eng)
+    assert len({r["since"].second for r in facts(st).values()}) == 2
+    (stuck_f,) = by_rule(found)["stuck-across-snapshots"]
+    assert stuck_f["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
+    assert "TP0-3:" in stuck_f["title"] and "since 10:02:11" in stuck_f["title"]
+
+
 def test_a_rank_that_moves_is_not_stuck_and_not_counted_as_blocked_by_a_signature(tmp_path: Path):
     other = [*SYMM[:4], "ModelRunner.sample"]
     eng = Bundle({"TP0": stuck(SYMM, 3), "TP1": stuck(SYMM, 3), "TP3": stuck(SYMM, 3),

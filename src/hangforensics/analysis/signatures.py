@@ -282,5 +282,6 @@ def _per_collective(store: Store, engines: list[str], sig: Signature) -> list[di
                   f"{r['op'] or ''} of {where} timed out"
                   + (f" after {r['timeout_ms'] / 1000:.0f} s" if r["timeout_ms"] else "")
                   + f". {sig.description} Remediation: {sig.remediation}")
-        out.append(_row(r["engine"], sig, r["ts"], [], detail, r["ev"]))
+        # the torch ranks that report it (global ranks: interface.md §3)
+        out.append(_row(r["engine"], sig, r["ts"], [f"rank{x}" for x in r["ranks"] if x is not None], detail, r["ev"]))
     return out

@@ -25,8 +25,10 @@ def _hms(t: Any) -> str:
 def _group_key(r: dict[str, Any]) -> tuple:
     if r["status"] == "moved":
         return (r["capture_id"], "moved", tuple(r["changed"]))
+    # the round the run began in, not its clock second: one round dumps rank after rank, and a round that
+    # straddles a second boundary is still one moment for the sentence
     return (r["capture_id"], r["status"], r["frame"], r["wchan"], r["state"], r["unchanged"], r["frames_same"],
-            _hms(r["since"]))
+            (r.get("rounds") or [None])[0])
 
 
 def sentence(rows: list[dict[str, Any]]) -> str:
@@ -48,7 +50,8 @@ def sentence(rows: list[dict[str, Any]]) -> str:
     frames = {True: f"same main-thread frames ({r['frame']})", None: "no two dumps to compare frames",
               False: "frames changed"}[r["frames_same"]]
     span = f" over {r['span_s']:.0f} s" if r["span_s"] else ""
-    across = f"across {r['unchanged']} snapshots since {_hms(r['since'])}{span}"
+    since = min((x["since"] for x in rows if x["since"] is not None), default=None)
+    across = f"across {r['unchanged']} snapshots since {_hms(since)}{span}"
     if st == "spinning":
         rate = (r["cpu_delta_s"] or 0.0) / r["span_s"] * 100 if r["span_s"] else None
         cpu = f"CPU time rising ({rate:.0f} % of a core)" if rate is not None else "CPU time rising"

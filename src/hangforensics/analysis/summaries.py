@@ -52,6 +52,7 @@ class Evidence:
     capture_cmd: str = ""
     snapshots: list[str] = field(default_factory=list)   # what repeated capture snapshots show, in words
     vllm: vllm_summary.VllmFacts | None = None            # a vLLM engine's facts in its own terms
+    deaths: list[dict] = field(default_factory=list)      # lines saying a process died, or hung and was killed
 
     def rules(self) -> set[str]:
         return {f["rule"] for f in self.findings}
@@ -123,9 +124,17 @@ def gather(store: Store, engine: str) -> Evidence:
     ev.capture_cmd = next_capture_command(store, engine)
     ev.snapshots = facts_in_words(store.query(
         "SELECT * FROM snapshot_facts WHERE engine = ? AND status <> 'unknown'", [engine]))
+    ev.deaths = store.query(
+        """SELECT kind, rank, ts, message FROM events WHERE engine = ? AND (kind IN (SELECT unnest(?))
+             OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck')))
+           ORDER BY ts NULLS LAST, line LIMIT 3""", [engine, list(DEATH_KINDS)])
     if vllm_summary.is_vllm(store, engine):
         ev.vllm = vllm_summary.gather(store, engine, ev.stall)
     return ev
+
+
+# Event kinds that say a serving process died (or hung until something killed it).
+DEATH_KINDS = ("vllm_engine_dead", "vllm_worker_died", "vllm_rpc_timeout", "scheduler_exception", "subprocess_crashed")
 
 
 def _dedupe_ranks(ranks: list[str]) -> list[str]:
@@ -221,7 +230,21 @@ def _quiet_verdict(ev: Evidence) -> str:
         return "only stack dumps, of threads outside any collective; no log to say when progress stopped"
     if not _known_files(ev):
         return f"no evidence this tool reads: {sum(ev.files.values())} file(s) of no known format"
+    if ev.deaths:
+        said = "; ".join(_clip((d["message"] or d["kind"]).strip(), 100)
+                         + (f" ({d['rank']})" if d["rank"] else "") + (f" at {_hm(d['ts'])}" if d["ts"] else "")
+                         for d in ev.deaths)
+        return (f"a process of the engine died or was killed ({said}), but no progress line, watchdog or stack "
+                f"says when or where it stopped")
     return "nothing that shows a hang: no progress lines, watchdogs, timeouts or stacks"
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary within ``limit`` characters, marked with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def _sentence(parts: list[str]) -> str:
@@ -276,6 +299,12 @@ def capture_next(ev: Evidence) -> list[str]:
     elif ev.torch:
         out.append("the ProcessGroupNCCL timeout lines of every rank (each rank's stderr), and the group's size "
                    "(the server or launcher arguments)")
+    if ev.deaths and not have_stacks:
+        # a dead process cannot be dumped afterwards: the stacks must be taken while it hangs, before the
+        # RPC timeout, the heartbeat monitor or the watchdog kills it
+        out.append(f"next time, stacks taken while the engine hangs, before it is killed: py-spy dump --native of "
+                   f"every rank as soon as progress stops ({cmd}); and each process's own stderr, whose "
+                   f"traceback says why it died")
     if ev.vllm:
         liveness = [p["path"] for p in ev.probes if p["path"] not in GENERATION_PROBES]
         return out + vllm_summary.capture_next(ev.vllm, hang, ev.stall, liveness, cmd, ev.native_frames,

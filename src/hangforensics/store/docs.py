@@ -195,6 +195,10 @@ def table_columns(name: str) -> list[tuple[str, str, str]]:
     return cols
 
 
+# vllm_series is vllm_stats (SELECT *) plus its series: the table's columns keep their meaning.
+VIEW_COLUMNS["vllm_series"] = {**{c: n for c, _, n in table_columns("vllm_stats")}, **VIEW_COLUMNS["vllm_series"]}
+
+
 def _column_table(name: str, cols: list[tuple[str, str, str]]) -> list[str]:
     stable = set(CONTRACT_COLUMNS.get(name, ()))
     out = ["| column | type | stable | meaning |", "| --- | --- | --- | --- |"]

@@ -43,9 +43,14 @@ VIEWS = {
                    TRY_CAST(json_extract_string(attrs, '$.timeout_ms') AS BIGINT) AS timeout_ms,
                    TRY_CAST(json_extract_string(attrs, '$.ran_ms') AS BIGINT) AS ran_ms
             FROM events WHERE kind = 'torch_nccl' AND json_extract_string(attrs, '$.seq') IS NOT NULL),
-        t AS (
-            SELECT *, COALESCE(pg, max(pg) OVER (PARTITION BY engine, COALESCE(rank, -1 - pg_rank), seq), '?') AS pgf
+        t1 AS (
+            SELECT *, COALESCE(pg, max(pg) OVER (PARTITION BY engine, COALESCE(rank, -1 - pg_rank), seq)) AS pg1
             FROM l),
+        -- a rank whose group-naming line was cut off (a paste) is in its peers' group when they put one
+        -- group, and only one, at that SeqNum in that op
+        t AS (
+            SELECT *, COALESCE(pg1, CASE WHEN min(pg1) OVER w = max(pg1) OVER w THEN max(pg1) OVER w END, '?') AS pgf
+            FROM t1 WINDOW w AS (PARTITION BY engine, seq, upper(op))),
         o AS (SELECT engine, path, max(clock_offset_s) AS offset_s FROM sources GROUP BY ALL)
         SELECT engine, 'torch_nccl' AS source, rank, max(pg_rank) AS pg_rank, pgf AS pg, max(pg_desc) AS pg_desc,
                NULL::INTEGER[] AS pg_ranks, seq, 'collective' AS seq_kind, max(op) AS op,

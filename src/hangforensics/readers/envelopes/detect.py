@@ -9,7 +9,7 @@ from itertools import pairwise
 
 from .collectors import _Cri, _Journald, _json_obj, _Kubectl, _Syslog
 from .layers import EVIDENCE, PAYLOAD_HEAD
-from .pastes import _FENCE, _LINENO, _TAG, _VTS, _Compose, _wrap_continues
+from .pastes import _FENCE, _INDENT, _LINENO, _TAG, _VLLM_RECORD, _VTS, _Compose, _ProcTag, _wrap_continues
 from .unwrap import NONE, EnvelopeStack, Unwrapped, Unwrapper
 
 
@@ -247,6 +247,40 @@ def _detect_viewer_ts(lines: list[str], need: float) -> str | None:
     return max(seps, key=lambda k: seps[k])
 
 
+def _detect_proc_tag(lines: list[str], need: float) -> str | None:
+    """A process tag on most lines, before lines that are not mostly vLLM records (a vLLM log reads its
+    own tags: it is left as it is)."""
+    ne = _nonblank(lines)
+    ms = [m for m in map(_ProcTag.rx.match, ne) if m]
+    if len(ms) < 2 or len(ms) < max(need, 0.5) * len(ne):
+        return None
+    if sum(1 for m in ms if _VLLM_RECORD.match(m.string, m.end())) >= 0.5 * len(ms):
+        return None
+    return ""
+
+
+# what an indented block of evidence holds: record heads, dump headers, traceback heads
+_INDENTED_HEAD = re.compile(PAYLOAD_HEAD + r"|Thread (?:0x[0-9a-fA-F]+|\d+) |Process \d+: |Traceback \(|"
+                            r"Fatal Python error|Current thread 0x", re.ASCII)
+
+
+def _detect_indent(lines: list[str], need: float) -> str | None:
+    """Whitespace every non-blank line begins with (at least two columns), with evidence behind it."""
+    ne = _nonblank(lines)
+    if len(ne) < 2:
+        return None
+    ms = [m.group(1) for m in map(_INDENT.match, ne) if m]
+    if len(ms) < len(ne):
+        return None
+    ws = min(ms, key=len)
+    if len(ws) < 2 or any(not m.startswith(ws) for m in ms):
+        return None
+    heads = sum(1 for s in ne if _INDENTED_HEAD.match(s, len(ws)))
+    if heads < 2 or heads < 0.3 * len(ne):
+        return None
+    return ws.replace("\t", "\\t").replace(" ", "s")
+
+
 # Tried in this order at each level, outermost envelope first.
 _DETECTORS: list[tuple[str, Callable[[list[str], float], str | tuple[str, str] | None]]] = [
     ("ansi", _detect_ansi),
@@ -260,6 +294,8 @@ _DETECTORS: list[tuple[str, Callable[[list[str], float], str | tuple[str, str] |
     ("markdown", _detect_markdown),
     ("compose", _detect_compose),
     ("viewer_ts", _detect_viewer_ts),
+    ("proc_tag", _detect_proc_tag),
+    ("indent", _detect_indent),
 ]
 MAX_LAYERS = 4
 SAMPLE_LINES = 200
@@ -281,7 +317,18 @@ def _plain_records(lines: list[str]) -> bool:
     layer can be around it (a shortcut for the commonest file, a plain log; a prefix, a quote, a fence
     or a wrapped line's continuation would not begin a record)."""
     head = _HEAD_RX.match
-    return bool(lines) and all(head(s) and "\x1b" not in s and "\r" not in s for s in lines if s.strip())
+    return bool(lines) and all(head(s) and "\x1b" not in s and "\r" not in s and not _foreign_tag(s)
+                               for s in lines if s.strip())
+
+
+_TAG_READERS = re.compile(r"\[\d{4}-\d\d-\d\d |(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d ", re.ASCII)
+
+
+def _foreign_tag(s: str) -> bool:
+    """A process tag before a record whose parser does not read one (SGLang and vLLM records do; torch
+    glog behind a Ray actor's tag does not): the tag is an envelope there."""
+    m = _ProcTag.rx.match(s)
+    return m is not None and _TAG_READERS.match(s, m.end()) is None
 
 
 def detect(sample_lines: list[str]) -> EnvelopeStack:

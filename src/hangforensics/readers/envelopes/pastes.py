@@ -199,3 +199,63 @@ class _HardWrap(_Layer):
 
     def pending_first(self) -> int | None:
         return self.held[1] if self.held is not None else None
+
+
+# -- a process tag before every line (Ray actors, multiprocessing workers) ----------------------------
+# '(RayWorkerWrapper pid=4009) ', '(RayWorkerWrapper pid=270291, ip=10.175.94.190) ',
+# '(MegatronPolicyWorker[rank=8] pid=3294808, ip=10.109.19.209) ', '(pid=4121) ', also behind the remnant
+# of a colour escape whose ESC byte a paste lost ('[36m(RayWorkerWrapper pid=4009) ').
+PROC_TAG = (r"(?:\x1b?\[\d{1,3}(?:;\d{1,3})*m)?\((?:[\w.:\[\]=-]+(?: [\w.:\[\]=-]+)? )?pid=\d+"
+            r"(?:, ip=[\w.:-]+)?\)(?: |$)")
+# vLLM reads its own tag (a worker's tag is its rank label): a vLLM record keeps it.
+_VLLM_RECORD = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")
+_COLOUR_REMNANT = re.compile(r"^\x1b?\[\d{1,3}(?:;\d{1,3})*m(?=\()")
+
+
+class _ProcTag(_Layer):
+    """A process tag Ray (or a launcher) puts before every line a worker prints, whatever the line is:
+    torch glog, a faulthandler dump, a traceback.  Stripped, except before a vLLM record, whose parser
+    takes the worker's rank from it (only a lost colour escape's remnant goes there)."""
+
+    name = "proc_tag"
+    rx = re.compile("^" + PROC_TAG, re.ASCII)
+
+    def prefix(self) -> str:
+        return PROC_TAG.replace("(?: |$)", " ?")
+
+    def run(self, it: _Items, final: bool) -> _Items:
+        match, vllm = self.rx.match, _VLLM_RECORD.match
+        txt: list[str] = []
+        for s in it.txt:
+            m = match(s)
+            if m is None:
+                txt.append(s)
+            elif vllm(s, m.end()):
+                txt.append(_COLOUR_REMNANT.sub("", s))
+            else:
+                txt.append(s[m.end():])
+        return _Items(txt, it.ln, it.sp, it.ts)
+
+
+# -- a block indented as a whole (a Markdown indented code block, a paste indented by its author) ------
+_INDENT = re.compile(r"^([ \t]+)")
+
+
+class _Indent(_Layer):
+    """Every line of the evidence indented by the same whitespace: that much is removed where present
+    (a dump's own deeper indentation stays)."""
+
+    name = "indent"
+
+    def __init__(self, param: str, u: Unwrapper) -> None:
+        super().__init__(param, u)
+        self.ws = param.replace("\\t", "\t").replace("s", " ")
+
+    def prefix(self) -> str:
+        return re.escape(self.ws)
+
+    def run(self, it: _Items, final: bool) -> _Items:
+        ws, n = self.ws, len(self.ws)
+        if not ws:
+            return it
+        return _Items([s[n:] if s.startswith(ws) else s for s in it.txt], it.ln, it.sp, it.ts)
