@@ -15,6 +15,9 @@ from .fragments import unjoin_engine
 from .jobs import CHECKPOINT, FileOutcome, with_result
 from .plan import Plan
 
+# DuckDB holds a transaction's appended rows in memory until it commits: large logs commit every 64 MB
+# (measured on a batch-heavy log: the writer's RSS stays near 210 MB, against 400 MB committing every 256 MB,
+# and its CPU is no higher).
 COMMIT_BYTES = 64 * 1024 * 1024
 
 

@@ -21,19 +21,16 @@ import polars as pl
 
 from . import vllm_log
 from .linemap import LineMap
+from .sglang_batches import batch_rows
 from .sglang_patterns import (
     ACCESS,
     ACCESS_HEAD,
     BARE_TRACEBACK,
-    BATCH,
-    BATCH_FLOAT_KEYS,
-    BATCH_INT_KEYS,
     CONTINUABLE,
     DETAILED,
     INTERLEAVED,
     MESSAGE_KINDS,
     NON_PREFIXED_KINDS,
-    PENDING_KEYS,
     PREFIX_HEAD,
     RELEASE_ORDER,
     RELEASE_TRAITS,
@@ -53,6 +50,7 @@ class FileContext:
     reference: datetime | None = None
     prev_ts: datetime | None = None  # timestamp of the previous chunk's last dated record, in file order
     record_ts: datetime | None = None  # time of the last dated record of earlier chunks (any format), in file order
+    release: str | None = None     # the release the file's earlier chunks point at
 
 
 @dataclass
@@ -68,6 +66,7 @@ class Parsed:
     largest_back: tuple[float, int] = (0.0, 0)   # (seconds, line) of the largest such step
     dated_by_previous: int = 0     # access lines without a time of their own, dated by the record before them
     dated_by_envelope: int = 0     # access lines without a time of their own, left to their envelope's time
+    starts: pl.DataFrame | None = None   # parse_chunk(whole=False): the records' line, ts_dt, msg, ranks
 
 
 
@@ -83,18 +82,15 @@ def newest_release(*releases: str | None) -> str | None:
     return min(known, key=RELEASE_ORDER.index) if known else None
 
 
-def release_of(msgs: pl.Series) -> str | None:
-    """The newest release family whose traits appear in these messages (None: no trait seen)."""
+def release_of(msgs: pl.Series, known: str | None = None) -> str | None:
+    """The newest release family whose traits appear in these messages (None: no trait seen); with
+    ``known``, only releases newer than it are looked for."""
     for release, rx in RELEASE_TRAITS:
+        if release == known:
+            break
         if msgs.str.contains(rx).any():
             return release
     return None
-
-
-def _key_regex(keys: list[str]) -> str:
-    """Value of the first of ``keys`` in a batch body that starts with ', '."""
-    alt = "|".join(re.escape(k) for k in keys)
-    return rf", (?:{alt}): ([^,]+)"
 
 
 def _ts_expr(col: str) -> pl.Expr:
@@ -110,45 +106,86 @@ def _kind_chain(col: pl.Expr, table: list[tuple[str, str]], default: str | None)
     return expr.otherwise(pl.lit(default, dtype=pl.String))
 
 
-def classify(texts: list[str]) -> pl.DataFrame:
+# An SGLang prefix at the start of the line, without fraction: its time and ranks are cut by position.
+_FAST_PREFIX = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[\] ]"
+_RANKS = re.compile(r"(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*")
+_BATCH_HEAD = r"^(?:Prefill|Decode) batch(?: \[\d+\])?[.,] "
+
+
+def _on_rows(df: pl.DataFrame, mask: pl.Expr, exprs: list[pl.Expr], dtype: pl.DataType) -> pl.DataFrame:
+    """``exprs`` (of type ``dtype``) evaluated on the rows of ``df`` where ``mask`` holds (few rows: the
+    costly expressions run only there), as full-height columns, null on the other rows."""
+    sub = df.filter(mask)
+    names = [e.meta.output_name() for e in exprs]
+    if not sub.height:                  # nothing to evaluate (nor regexes to compile)
+        return pl.DataFrame([pl.repeat(None, df.height, dtype=dtype, eager=True).alias(n) for n in names])
+    sub = sub.select("i", *exprs)
+    cols = []
+    for name in names:
+        full = pl.repeat(None, df.height, dtype=dtype, eager=True).alias(name)
+        cols.append(full.scatter(sub.get_column("i"), sub.get_column(name)))
+    return pl.DataFrame(cols)
+
+
+def _prefix(df: pl.DataFrame) -> pl.DataFrame:
+    """ts and ranks of the prefix of each line's body: cut by position where the line starts with a plain
+    SGLang prefix (the bulk), by the anchored regex PREFIX_HEAD elsewhere."""
+    body = pl.col("body")
+    close = body.str.find("]", literal=True)
+    df = df.with_columns((body.str.contains(_FAST_PREFIX) & close.is_not_null()).alias("_fast"), close.alias("_close"))
+    df = df.with_columns(pl.when(pl.col("_fast")).then(body.str.slice(20, pl.col("_close") - 20)).alias("ranks"))
+    # a ranks field the prefix grammar refuses (the regex would not match there either): the regex decides
+    bad = [r for r in df.get_column("ranks").drop_nulls().unique().to_list() if not _RANKS.fullmatch(r)]
+    if bad:
+        df = df.with_columns((pl.col("_fast") & ~pl.col("ranks").is_in(bad)).alias("_fast"))
+    fast = pl.col("_fast")
+    df = df.with_columns(pl.when(fast).then(body.str.slice(1, 19)).alias("ts"),
+                         pl.when(fast).then(pl.col("ranks")).alias("ranks"))
+    head = body.str.extract_groups(PREFIX_HEAD)
+    slow = _on_rows(df, ~fast, [head.struct.field("1").alias("_ts"), head.struct.field("2").alias("_ranks")],
+                    pl.String)
+    return df.with_columns(pl.coalesce(pl.col("ts"), slow.get_column("_ts")).alias("ts"),
+                           pl.coalesce(pl.col("ranks"), slow.get_column("_ranks")).alias("ranks"))
+
+
+def classify(texts: list[str] | pl.Series) -> pl.DataFrame:
     """One row per line: line prefix fields (ts, ranks, msg), record kind, record id and role.
 
-    Batch and access lines, the bulk of a log, are recognised by cheap anchored
-    tests; the long list of message kinds runs only on the few other records.
+    Batch and access lines, the bulk of a log, are recognised by cheap anchored tests and their prefix is
+    cut by position; the costly regexes (interleaving, the long list of message kinds, other prefixes)
+    run only on the few lines that may need them.
     """
-    df = pl.DataFrame({"text": pl.Series(texts, dtype=pl.String)}).with_row_index("i")
-    df = df.with_columns(pl.col("text").alias("body"))
-    inner = pl.col("body").str.extract(INTERLEAVED, 1)
-    df = df.with_columns(inner.is_not_null().alias("interleaved"), pl.coalesce(inner, pl.col("body")).alias("body"))
-    head = pl.col("body").str.extract_groups(PREFIX_HEAD)
-    df = df.with_columns(head.struct.field("1").alias("ts"), head.struct.field("2").alias("ranks"))
-    close = pl.col("body").str.find("]", literal=True)
+    col = texts if isinstance(texts, pl.Series) else pl.Series(texts, dtype=pl.String)
+    df = pl.DataFrame({"text": col.rename("text")}).with_row_index("i")
+    # only a line with a '[' after its first character can hold another record's prefix
+    brackets = pl.col("text").str.count_matches("[", literal=True)
+    maybe = (brackets >= 2) | ((brackets == 1) & ~pl.col("text").str.starts_with("["))
+    inner = _on_rows(df, maybe, [pl.col("text").str.extract(INTERLEAVED, 1).alias("_inner")],
+                     pl.String).get_column("_inner")
+    df = df.with_columns(inner.is_not_null().alias("interleaved"), pl.coalesce(inner, pl.col("text")).alias("body"))
+    df = _prefix(df)
     df = df.with_columns(
         pl.when(pl.col("ts").is_not_null())
-        .then(pl.col("body").str.slice(close + 1).str.strip_prefix(" "))
-        .otherwise(None).alias("msg"))
+        .then(pl.col("body").str.slice(pl.col("_close") + 1).str.strip_prefix(" "))
+        .otherwise(None).alias("msg")).drop("_fast", "_close")
     msg = pl.col("msg")
     fast = (
         pl.when(pl.col("ts").is_null()).then(pl.lit(None, dtype=pl.String))
-        .when((msg.str.starts_with("Prefill batch") | msg.str.starts_with("Decode batch")) & msg.str.contains(BATCH))
-        .then(pl.lit("batch"))
+        .when(msg.str.contains(_BATCH_HEAD)).then(pl.lit("batch"))
         .when(msg.str.contains(ACCESS_HEAD)).then(pl.lit("access"))
         .otherwise(pl.lit("?"))
     )
     df = df.with_columns(fast.alias("kind"))
-    rest = df.filter(pl.col("kind") == "?").select(
-        "i", _kind_chain(pl.col("msg"), MESSAGE_KINDS, "log").alias("k2"))
-    bare = df.filter(pl.col("ts").is_null() & (pl.col("body").str.len_bytes() > 0)).select(
-        "i", _kind_chain(pl.col("body"), NON_PREFIXED_KINDS, None).alias("k3"))
-    df = (df.join(rest, on="i", how="left").join(bare, on="i", how="left")
-          .with_columns(pl.coalesce(pl.col("k2"), pl.when(pl.col("kind") != "?").then(pl.col("kind")), pl.col("k3"))
-                        .alias("kind"))
-          .drop("k2", "k3").sort("i"))
+    rest = _on_rows(df, pl.col("kind") == "?", [_kind_chain(pl.col("msg"), MESSAGE_KINDS, "log").alias("k2")],
+                    pl.String)
+    bare = _on_rows(df, pl.col("ts").is_null() & (pl.col("body").str.len_bytes() > 0),
+                    [_kind_chain(pl.col("body"), NON_PREFIXED_KINDS, None).alias("k3")], pl.String)
+    df = df.with_columns(pl.coalesce(rest.get_column("k2"), pl.when(pl.col("kind") != "?").then(pl.col("kind")),
+                                     bare.get_column("k3")).alias("kind"))
     df = _bare_traceback_start(df)
-    df = df.with_columns(
-        pl.col("kind").is_not_null().alias("start"),
-        (pl.col("body").str.strip_chars() == "").alias("blank"),
-    )
+    blank = _on_rows(df, pl.col("kind").is_null(), [(pl.col("body").str.strip_chars() == "").alias("blank")],
+                     pl.Boolean)
+    df = df.with_columns(pl.col("kind").is_not_null().alias("start"), blank.get_column("blank").fill_null(False))
     df = df.with_columns(pl.col("start").cast(pl.Int64).cum_sum().alias("rec"))
     # kind of the record each line belongs to
     df = df.with_columns(pl.col("kind").forward_fill().alias("rec_kind"))
@@ -174,13 +211,16 @@ def _bare_traceback_start(df: pl.DataFrame) -> pl.DataFrame:
                            .otherwise(pl.col("kind")).alias("kind"))
 
 
-def parse_chunk(lines: list[str], first_line: int, ctx: FileContext, line_numbers: list[int] | None = None,
-                collected_ts: list[datetime | None] | None = None) -> Parsed:
+def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
+                line_numbers: list[int] | None = None, collected_ts: list[datetime | None] | None = None,
+                whole: bool = True) -> Parsed:
     """Parse a chunk of complete records; line numbers start at ``first_line``.
 
     The payload of an envelope gives ``line_numbers``, the physical line of each line (not consecutive
     where the envelope joined split records or dropped lines), and ``collected_ts``, the envelope's time
-    of each line: rows are numbered by the first and carry the second.
+    of each line: rows are numbered by the first and carry the second.  ``whole=False``: the lines are
+    part of a chunk (``sglang_fast``): the chunk-level facts (release, clock steps, last time) are left to
+    the caller, which gets the records' line, time, message and ranks in ``Parsed.starts``.
     """
     df = classify(lines)
     df = df.with_columns((pl.col("i").cast(pl.Int64) + first_line).alias("line"))
@@ -195,7 +235,7 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext, line_number
     stats = vllm_log.stats_rows(events)
     if stats is not None:
         out.tables["vllm_stats"] = stats
-    rows = _detailed_rows(others, lines, ctx)
+    rows = _detailed_rows(others, df.get_column("text"), ctx)
     lead = _leading_dump(df, starts, first_line, rows)
     events = _apply_record_rows(events, rows)
     out.tables["events"] = events
@@ -215,17 +255,32 @@ def parse_chunk(lines: list[str], first_line: int, ctx: FileContext, line_number
         un = pl.concat([un, pl.DataFrame(rows.unparsed, schema=un.schema)])
     out.tables["unparsed"] = un
     out.unparsed = un.height
+    if whole:
+        chunk_facts(starts.select("line", "ts_dt", "msg", "ranks"), ctx, out)
+    else:
+        out.starts = starts.select("line", "ts_dt", "msg", "ranks")
+    if line_numbers is not None:
+        lm = LineMap(first_line, line_numbers, collected_ts)
+        _renumber(out, lm, ctx)
+        if out.starts is not None:
+            out.starts = lm.frame(out.starts)
+    return out
+
+
+def chunk_facts(starts: pl.DataFrame, ctx: FileContext, out: Parsed) -> None:
+    """What a chunk's records (line, ts_dt, msg, ranks; in file order) say as a whole: the release their
+    formats point at (only releases newer than the one the file is known to be: an older one cannot change
+    the file's), the last time, and the clock's steps backwards."""
+    known = RELEASE_ORDER.index(ctx.release) if ctx.release in RELEASE_ORDER else len(RELEASE_ORDER)
     # ranks printed PP before TP exist only from 0.5.10 on
-    pp_first = starts.get_column("ranks").drop_nulls().str.contains(r" PP\d+.* TP\d+").any()
-    out.release = newest_release(release_of(starts.get_column("msg").drop_nulls().head(20000)),
+    pp_first = known > RELEASE_ORDER.index("0.5.10") and \
+        starts.get_column("ranks").drop_nulls().str.contains(r" PP\d+.* TP\d+").any()
+    out.release = newest_release(release_of(starts.get_column("msg").drop_nulls().head(20000), ctx.release),
                                  "0.5.10" if pp_first else None)
     last = starts.get_column("ts_dt").drop_nulls()
     if last.len():
         ctx.last_ts = last.max()  # type: ignore[assignment]
         _count_backwards(starts.select("line", "ts_dt").drop_nulls(), ctx, out)
-    if line_numbers is not None:
-        _renumber(out, LineMap(first_line, line_numbers, collected_ts), ctx)
-    return out
 
 
 def _leading_dump(df: pl.DataFrame, starts: pl.DataFrame, first_line: int, rows: RecordRows) -> list[int]:
@@ -259,9 +314,14 @@ def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
     """One row per record: its first line, its last line (continuations) and the dated lines around it
     (glog and vLLM print no year: they take it from the nearest SGLang timestamp, else from the line's
     envelope time, else from the file's modification time)."""
-    ext = (df.filter(pl.col("role") != "unparsed")
-           .group_by("rec").agg(pl.col("line").max().alias("line_end"), pl.col("i").max().alias("i_end")))
-    starts = df.filter(pl.col("start")).join(ext, on="rec", how="left").with_columns(_ts_expr("ts").alias("ts_dt"))
+    # a record's lines are consecutive and its start is kept: its last kept line and row are those carried
+    # forward to the record's last row (no grouping: records are runs)
+    kept = pl.col("role") != "unparsed"
+    ends = df.select(pl.when(kept).then(pl.col("line")).forward_fill().alias("line_end"),
+                     pl.when(kept).then(pl.col("i")).forward_fill().alias("i_end"),
+                     (pl.col("start").shift(-1, fill_value=True) & (pl.col("rec") > 0)).alias("_last"))
+    ext = ends.filter(pl.col("_last")).drop("_last")
+    starts = pl.concat([df.filter(pl.col("start")), ext], how="horizontal").with_columns(_ts_expr("ts").alias("ts_dt"))
     dated = pl.col("ts_dt").forward_fill().backward_fill()
     if ctx.last_ts is not None:
         dated = dated.fill_null(pl.lit(ctx.last_ts, dtype=pl.Datetime("us")))
@@ -279,34 +339,8 @@ def _batch_rows(starts: pl.DataFrame, ctx: FileContext) -> pl.DataFrame | None:
     b = starts.filter(pl.col("kind") == "batch")
     if not b.height:
         return None
-    head = pl.col("msg").str.extract(r"^(?:Prefill|Decode) batch(?: \[\d+\])?[.,] ?", 0)
-    b = b.with_columns(
-        pl.col("msg").str.slice(0, 7).str.strip_chars_end().alias("bkind"),
-        pl.col("msg").str.extract(r"^\w+ batch \[(\d+)\]", 1).alias("iter"),
-        (pl.lit(", ") + pl.col("msg").str.slice(head.str.len_chars()).str.strip_chars_end(", ")).alias("bbody"),
-    )
-    body = pl.col("bbody")
-    cols: list[pl.Expr] = [
-        pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"),
-        pl.col("ts_dt").alias("ts"), pl.col("ranks").str.strip_chars().alias("rank"),
-        pl.col("bkind").alias("batch_kind"), pl.col("iter").cast(pl.Int64, strict=False).alias("forward_iter"),
-    ]
-    for col, keys in BATCH_INT_KEYS.items():
-        cols.append(body.str.extract(_key_regex(keys), 1).str.strip_chars().cast(pl.Int64, strict=False).alias(col))
-    for col, keys in BATCH_FLOAT_KEYS.items():
-        cols.append(body.str.extract(_key_regex(keys), 1).str.strip_chars()
-                    .cast(pl.Float64, strict=False).alias(col))
-    cols.append(body.str.extract(r", (?:cuda|cpu|npu|musa|xpu|hpu) graph: (True|False)", 1).eq("True").alias("graph"))
-    bt = b.select(cols)
-    # PD queue counters appear only on disaggregated engines: extract them on those lines alone.
-    pd_lines = b.filter(body.str.contains(r", #(?:prealloc|transfer|inflight|bootstrap|unbootstrapped|"
-                                          r"transferring|host-receive)-req: "))
-    if not pd_lines.height:
-        return bt.with_columns(pl.lit(None, dtype=pl.Int64).alias("pending_req"))
-    pend = [body.str.extract(_key_regex([k]), 1).str.strip_chars().cast(pl.Int64, strict=False)
-            for k in PENDING_KEYS]
-    pd_sum = pd_lines.select(pl.col("line"), pl.sum_horizontal(pend).alias("pending_req"))
-    return bt.join(pd_sum, on="line", how="left")
+    return batch_rows(b, [pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"),
+                          pl.col("ts_dt").alias("ts"), pl.col("ranks").str.strip_chars().alias("rank")])
 
 
 def _access_rows(starts: pl.DataFrame, ctx: FileContext) -> pl.DataFrame | None:
@@ -371,7 +405,7 @@ def _event_rows(starts: pl.DataFrame, ctx: FileContext) -> tuple[pl.DataFrame, p
     return events, ev.filter(pl.col("kind").is_in(list(DETAILED)))
 
 
-def _detailed_rows(records: pl.DataFrame, lines: list[str], ctx: FileContext) -> RecordRows:
+def _detailed_rows(records: pl.DataFrame, lines: pl.Series, ctx: FileContext) -> RecordRows:
     """Walk the rare multi-line records in Python (``sglang_records``)."""
     rows = RecordRows(ctx.engine, ctx.path)
     if not records.height:
@@ -380,7 +414,7 @@ def _detailed_rows(records: pl.DataFrame, lines: list[str], ctx: FileContext) ->
         i0 = r["i"]
         i1 = r["i_end"] if r["i_end"] is not None else i0
         handle(Record(kind=r["kind"], line=r["line"], body=r["body"],
-                      msg=r["msg"] if r["msg"] is not None else r["body"], cont=lines[i0 + 1: i1 + 1],
+                      msg=r["msg"] if r["msg"] is not None else r["body"], cont=lines.slice(i0 + 1, i1 - i0).to_list(),
                       rank=(r["ranks"] or "").strip(), ts=r["ts_dt"], ctx_ts=r["ctx_ts"], next_ts=r["next_ts"],
                       ctx_dated=r["ctx_dated"], ctx_mtime=r["ctx_mtime"]),
                rows)

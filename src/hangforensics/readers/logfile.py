@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 
@@ -161,12 +162,37 @@ def head_hash(path: Path, nbytes: int = HEAD_BYTES) -> str:
     return hashlib.sha1(data).hexdigest()
 
 
-@dataclass
 class Chunk:
-    first_line: int        # 1-based line number of lines[0]
-    lines: list[str]       # decoded, without line endings (CR stripped)
-    end_offset: int        # decompressed byte offset just after the last complete line
-    eof: bool
+    """Complete lines of a file, decoded, without line endings (CR stripped): as Python strings, or (read
+    with ``column=True``) as one polars String column, so that a large log never holds a Python string
+    per line; ``lines`` then materialises them on demand."""
+
+    __slots__ = ("first_line", "end_offset", "eof", "column", "raw", "_lines", "_count")
+
+    def __init__(self, first_line: int, lines: list[str] | None, end_offset: int, eof: bool,
+                 column: Any = None, raw: bytes | None = None, count: int | None = None) -> None:
+        self.first_line = first_line      # 1-based line number of the first line
+        self.end_offset = end_offset      # decompressed byte offset just after the last complete line
+        self.eof = eof
+        self.column = column              # a polars String Series, or None
+        self.raw = raw                    # the lines' bytes (valid UTF-8, NULs removed) when read with
+        self._lines = lines               # column="raw" (then column is None)
+        self._count = count
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            if self.column is not None:
+                self._lines = self.column.to_list()
+            else:
+                self._lines = _decode_lines(self.raw or b"", self.first_line, ReadNotes())
+        return self._lines
+
+    @property
+    def count(self) -> int:
+        if self._count is not None:
+            return self._count
+        return len(self.column) if self._lines is None and self.column is not None else len(self.lines)
 
 
 @dataclass
@@ -248,7 +274,7 @@ RECORD_START = re.compile(rb"\n(?:\([\w .=-]*pid=\d+[^)]*\)\s*)?(?:\[(?:\d{4}-\d
 def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                 chunk_bytes: int = CHUNK_BYTES, records: bool = False, end_offset: int | None = None,
                 notes: ReadNotes | None = None, hold_partial: bool = False,
-                record_start: re.Pattern[bytes] | None = None) -> Iterator[Chunk]:
+                record_start: re.Pattern[bytes] | None = None, column: bool | str = False) -> Iterator[Chunk]:
     """Yield complete lines in bounded chunks, from ``start_offset`` (a line boundary) to ``end_offset``
     (default: the end of the file).
 
@@ -258,6 +284,9 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
     and counted in ``notes``: NUL bytes are removed (a leading run is skipped), invalid UTF-8 becomes
     U+FFFD, a line longer than MAX_LINE_BYTES keeps its start, a damaged gzip yields what it holds.
     ``hold_partial``: a last line without its newline (a live file mid-write) is not yielded.
+    ``column``: each chunk's lines as one polars String column (``Chunk.column``), split in native code;
+    ``column="raw"``: only the chunk's bytes (``Chunk.raw``, valid UTF-8; a chunk that is not takes the
+    column path), for a parser that splits them itself.
     """
     notes = notes if notes is not None else ReadNotes()
     starts = (record_start or RECORD_START) if records else None
@@ -304,9 +333,15 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                         body = body[:keep]
                 if body:
                     offset += len(body)
-                    lines = _decode_lines(body, line_no, notes)
-                    yield Chunk(line_no, lines, offset, eof)
-                    line_no += len(lines)
+                    raw = _raw_lines(body, line_no, notes) if column == "raw" else None
+                    if raw is not None:
+                        chunk = Chunk(line_no, None, offset, eof, None, raw[0], raw[1])
+                    elif column:
+                        chunk = Chunk(line_no, None, offset, eof, *_decode_column(body, line_no, notes))
+                    else:
+                        chunk = Chunk(line_no, _decode_lines(body, line_no, notes), offset, eof)
+                    yield chunk
+                    line_no += chunk.count
                 if eof:
                     if isinstance(f, GzipStream) and f.damage:
                         notes.damage = f.damage
@@ -320,11 +355,15 @@ def _cut(data: bytes, starts: re.Pattern[bytes] | None) -> int:
     record start in its second half; -1 when it holds no newline yet."""
     cut = data.rfind(b"\n")
     if cut >= 0 and starts is not None:
-        last = None
-        for m in starts.finditer(data, len(data) // 2):
-            last = m
-        if last is not None:
-            cut = last.start()
+        # newlines from the end: the last record start is a few lines up (no scan of the whole half)
+        half, pos = len(data) // 2, len(data)
+        while True:
+            nl = data.rfind(b"\n", half, pos)
+            if nl < 0:
+                break
+            if starts.match(data, nl):
+                return nl
+            pos = nl
     return cut
 
 
@@ -351,6 +390,79 @@ def _decode_lines(body: bytes, line_no: int, notes: ReadNotes) -> list[str]:
                 if len(s) > notes.longest[0]:
                     notes.longest = (len(s), line_no + i)
     return lines
+
+
+def _decode_column(body: bytes, line_no: int, notes: ReadNotes) -> tuple[Any, bytes | None]:
+    """``_decode_lines`` as one polars String column, the lines split by polars' native CSV reader (one
+    field per line: no separator or quote character can occur): no Python object per line.  Bytes the
+    reader would treat otherwise (invalid UTF-8, a byte-order mark, the separator byte) take the Python
+    path, and so does any disagreement on the line count.  Also returns the bytes split (None after the
+    Python path)."""
+    import polars as pl
+
+    if b"\x00" in body:
+        notes.nul_bytes += body.count(b"\x00")
+        body = body.replace(b"\x00", b"")
+    n = body.count(b"\n") + (0 if body.endswith(b"\n") or not body else 1)
+    col = None
+    if n and b"\x01" not in body and not body.startswith(b"\xef\xbb\xbf") and _valid_utf8(body):
+        col = pl.read_csv(body, has_header=False, separator="\x01", quote_char=None, schema={"text": pl.String},
+                          infer_schema=False).to_series().fill_null("")
+        if len(col) != n:
+            col = None
+    if col is None:
+        return pl.Series("text", _decode_lines(body, line_no, notes), dtype=pl.String), None
+    if len(body) > LONG_LINE_BYTES and (col.str.len_bytes().max() or 0) > LONG_LINE_BYTES:
+        chars = col.str.len_chars()
+        for i in (chars > LONG_LINE_BYTES).arg_true().to_list():
+            notes.long_lines += 1
+            if chars[i] > notes.longest[0]:
+                notes.longest = (chars[i], line_no + i)
+    return col, body
+
+
+def _raw_lines(body: bytes, line_no: int, notes: ReadNotes) -> tuple[bytes, int] | None:
+    """The chunk's bytes (NULs removed) and its line count, when they are valid UTF-8 without a byte-order
+    mark (else None: the caller decodes them); over-long lines noted as ``_decode_lines`` notes them."""
+    import numpy as np
+
+    if b"\x00" in body:
+        cleaned = body.replace(b"\x00", b"")
+        if body.startswith(b"\xef\xbb\xbf") or not _valid_utf8(cleaned):
+            return None                        # (the column path counts the NULs)
+        notes.nul_bytes += len(body) - len(cleaned)
+        body = cleaned
+    elif body.startswith(b"\xef\xbb\xbf") or not _valid_utf8(body):
+        return None
+    n = body.count(b"\n") + (0 if body.endswith(b"\n") or not body else 1)
+    if _may_hold_long_line(body):
+        ends = np.r_[np.flatnonzero(np.frombuffer(body, np.uint8) == 10), len(body)][:n]
+        starts = np.r_[0, ends[:-1] + 1]
+        for i in np.flatnonzero(ends - starts > LONG_LINE_BYTES).tolist():
+            text = body[starts[i]:ends[i]].decode()
+            size = len(text) - text.endswith("\r")
+            if size > LONG_LINE_BYTES:
+                notes.long_lines += 1
+                if size > notes.longest[0]:
+                    notes.longest = (size, line_no + i)
+    return body, n
+
+
+def _may_hold_long_line(body: bytes) -> bool:
+    """Whether a line may be longer than LONG_LINE_BYTES: such a line covers a whole aligned window of
+    half that size without a newline (memchr finds one near the start of each window otherwise)."""
+    w = LONG_LINE_BYTES // 2
+    return any(body.find(b"\n", k, k + w) < 0 for k in range(0, len(body) - w + 1, w))
+
+
+def _valid_utf8(body: bytes) -> bool:
+    if body.isascii():
+        return True
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def offset_of_line(path: Path, offset: int, line: int, target: int) -> int:

@@ -68,7 +68,8 @@ def year_hint(payload_head: list[str], mtime: float | None) -> datetime | None:
 class Payload:
     """One batch of payload lines and the physical lines it accounts for."""
 
-    lines: list[str]                                # payload text (the envelope stripped)
+    lines: Any                                      # payload text (the envelope stripped): a list of str, or
+                                                    # (a plain log read as a column) a polars String Series
     first_line: int                                 # physical line of the batch's first line (plain files)
     line: list[int] | None = None                   # physical first line of each payload line (None: plain,
                                                     # first_line + i)
@@ -78,6 +79,7 @@ class Payload:
     unwrapped: Unwrapped | None = None
     source: Unwrapper | None = None
     stack_name: str = "none"                        # the envelope (sources.envelope)
+    raw: bytes | None = None                        # a plain column's bytes (logfile.Chunk.raw)
 
     @property
     def plain(self) -> bool:
@@ -139,7 +141,9 @@ class PayloadReader:
         """Where a log's chunks may be cut: before a payload record head behind this envelope."""
         return RECORD_START if self.unwrapper is None else self.stack.record_start()
 
-    def feed(self, lines: list[str], first_line: int, final: bool = False) -> Payload:
+    def feed(self, lines: Any, first_line: int, final: bool = False) -> Payload:
+        """The payload of the next lines of the file (``lines``: a list of str; a plain file's may also be a
+        polars String Series, handed on as it is)."""
         if self.unwrapper is None:
             return Payload(lines, first_line, physical=len(lines))
         u = self.unwrapper.feed(lines, first_line, final)

@@ -1,0 +1,443 @@
+"""A compiled scanner for the bulk of an SGLang log: batch and access lines, read from the chunk's bytes.
+
+The general parser (``sglang_log``) types lines with polars expressions, about 30 of them per batch line;
+a busy log is mostly batch lines, so that cost is the ingest's.  This scanner (numba, compiled once and
+cached) walks each line's bytes once and takes only lines it can read with certainty:
+
+* an ASCII line that starts with a plain SGLang prefix ``[YYYY-MM-DD HH:MM:SS( RANKS)*]`` with a valid
+  time and no other record's prefix after its first character (no interleaving);
+* whose message is a batch line (``(Prefill|Decode) batch( [N])?[.,] ``) or an access line that the
+  access regex reads (``LEVEL:  client - "METHOD path HTTP/x" status``).
+
+Every value is found exactly as the general parser's regexes find it (the first ``, key: value`` of
+each column's keys, leftmost-first like the regex); a value it cannot type with certainty (not a plain
+decimal) marks the line, which the general extraction then types.  Anything else is left to the
+general parser: kind 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit as _numba_njit
+
+from .sglang_patterns import BATCH_FLOAT_KEYS, BATCH_INT_KEYS, PENDING_KEYS
+
+REST, BATCH, ACCESS, BATCH_SLOW = 0, 1, 2, 3
+
+# Whether the compiled code is cached on disk (beside this file, or in NUMBA_CACHE_DIR / the user's cache).
+# Where no cache directory is writable, numba refuses ``cache=True``: the functions are then declared
+# without it, and ``sglang_fast`` leaves this module unused (compiling afresh in every process, some 10-20 s,
+# costs more than the general parser saves).
+CACHED = True
+
+
+def njit(**options):
+    """numba's ``njit(cache=True, **options)``, or without the cache where numba has nowhere to write it."""
+    def declare(f):
+        global CACHED
+        if CACHED:
+            try:
+                return _numba_njit(cache=True, **options)(f)
+            except RuntimeError:                # "cannot cache function ...: no locator available"
+                CACHED = False
+        return _numba_njit(**options)(f)
+    return declare
+
+# Key table: (key, column slot).  Slots: ints 0..5 (BATCH_INT_KEYS order), floats 6..11
+# (BATCH_FLOAT_KEYS order), graph 12, pending keys 13.. (PENDING_KEYS order).
+INT_COLS = list(BATCH_INT_KEYS)
+FLOAT_COLS = list(BATCH_FLOAT_KEYS)
+GRAPH_SLOT = len(INT_COLS) + len(FLOAT_COLS)
+PD_SLOT = GRAPH_SLOT + 1
+NSLOTS = PD_SLOT + len(PENDING_KEYS)
+
+
+def _key_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    keys: list[tuple[str, int]] = []
+    for s, col in enumerate(INT_COLS):
+        keys += [(k, s) for k in BATCH_INT_KEYS[col]]
+    for s, col in enumerate(FLOAT_COLS):
+        keys += [(k, len(INT_COLS) + s) for k in BATCH_FLOAT_KEYS[col]]
+    keys += [(f"{d} graph", GRAPH_SLOT) for d in ("cuda", "cpu", "npu", "musa", "xpu", "hpu")]
+    keys += [(k, PD_SLOT + s) for s, k in enumerate(PENDING_KEYS)]
+    blob = "".join(k for k, _ in keys).encode()
+    offs = np.zeros(len(keys) + 1, np.int64)
+    for j, (k, _) in enumerate(keys):
+        offs[j + 1] = offs[j] + len(k.encode())
+    return np.frombuffer(blob, np.uint8).copy(), offs, np.array([s for _, s in keys], np.int64)
+
+
+KEY_BYTES, KEY_OFFS, KEY_SLOTS = _key_table()
+
+
+def _key_lut() -> tuple[np.ndarray, np.ndarray]:
+    """First key of each (length, first byte), and the next key of the same length and first byte."""
+    lut = np.full((64, 128), -1, np.int64)
+    nxt = np.full(len(KEY_SLOTS), -1, np.int64)
+    for j in range(len(KEY_SLOTS) - 1, -1, -1):
+        n, b = KEY_OFFS[j + 1] - KEY_OFFS[j], KEY_BYTES[KEY_OFFS[j]]
+        nxt[j], lut[n, b] = lut[n, b], j
+    return lut, nxt
+
+
+KEY_LUT, KEY_NEXT = _key_lut()
+_LEVELS = np.frombuffer(b"INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL", np.uint8).copy()
+_RANK_NAMES = np.frombuffer(b"DP|PP|ATTN_CP|MOE_DP|TP|EP", np.uint8).copy()
+_PREFILL = np.frombuffer(b"Prefill batch", np.uint8).copy()
+_DECODE = np.frombuffer(b"Decode batch", np.uint8).copy()
+_TRUE_FALSE = np.frombuffer(b"True|False", np.uint8).copy()
+_HTTP = np.frombuffer(b" HTTP/", np.uint8).copy()
+_POW10 = np.array([10.0 ** k for k in range(23)])      # exact doubles
+NINT = len(INT_COLS)
+NFLOAT = len(FLOAT_COLS)
+NPEND = len(PENDING_KEYS)
+
+
+@njit(inline="always")
+def _digit(c: int) -> bool:
+    return 48 <= c <= 57
+
+
+@njit(inline="always")
+def _space(c: int) -> bool:
+    return c == 32 or 9 <= c <= 13
+
+
+@njit(inline="always")
+def _digits(buf, p: int, n: int) -> bool:
+    for k in range(n):  # noqa: SIM110 (numba compiles no generator)
+        if not _digit(buf[p + k]):
+            return False
+    return True
+
+
+@njit(inline="always")
+def _num(buf, p: int, n: int) -> int:
+    v = 0
+    for k in range(n):
+        v = v * 10 + (buf[p + k] - 48)
+    return v
+
+
+@njit(inline="always")
+def _stamp(buf, p: int, end: int) -> bool:
+    """``\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d`` at ``p``."""
+    if p + 19 > end:
+        return False
+    return (_digits(buf, p, 4) and buf[p + 4] == 45 and _digits(buf, p + 5, 2) and buf[p + 7] == 45
+            and _digits(buf, p + 8, 2) and buf[p + 10] == 32 and _digits(buf, p + 11, 2) and buf[p + 13] == 58
+            and _digits(buf, p + 14, 2) and buf[p + 16] == 58 and _digits(buf, p + 17, 2))
+
+
+@njit(inline="always")
+def _micros(buf, p: int) -> int:
+    """The stamp at ``p`` in microseconds since 1970 (naive), or -1 where polars would not read it."""
+    y, m, d = _num(buf, p, 4), _num(buf, p + 5, 2), _num(buf, p + 8, 2)
+    hh, mi, ss = _num(buf, p + 11, 2), _num(buf, p + 14, 2), _num(buf, p + 17, 2)
+    if y < 1 or m < 1 or m > 12 or d < 1 or hh > 23 or mi > 59 or ss > 59:
+        return -1
+    leap = (y % 4 == 0 and y % 100 != 0) or y % 400 == 0
+    dim = 29 if (m == 2 and leap) else (28 if m == 2 else (30 if m in (4, 6, 9, 11) else 31))
+    if d > dim:
+        return -1
+    yy = y - 1 if m <= 2 else y                 # days from civil (Howard Hinnant)
+    era = (yy if yy >= 0 else yy - 399) // 400
+    yoe = yy - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    return (days * 86400 + hh * 3600 + mi * 60 + ss) * 1000000
+
+
+@njit(inline="always")
+def _word(buf, p: int, end: int, words) -> int:
+    """Length of the first of ``words`` ('|'-separated) at ``p``, or 0."""
+    a = 0
+    nw = len(words)
+    while a < nw:
+        b = a
+        while b < nw and words[b] != 124:
+            b += 1
+        n = b - a
+        if p + n <= end:
+            ok = True
+            for k in range(n):
+                if buf[p + k] != words[a + k]:
+                    ok = False
+                    break
+            if ok:
+                return n
+        a = b + 1
+    return 0
+
+
+@njit(inline="always")
+def _ranks_end(buf, p: int, end: int) -> int:
+    """End of ``(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\\d+)*`` at ``p`` when a ']' follows it, else -1."""
+    while p < end and buf[p] == 32:
+        n = _word(buf, p + 1, end, _RANK_NAMES)
+        if n == 0:
+            return -1
+        q = p + 1 + n
+        if q >= end or not _digit(buf[q]):
+            return -1
+        while q < end and _digit(buf[q]):
+            q += 1
+        p = q
+    return p if p < end and buf[p] == 93 else -1
+
+
+@njit(inline="always")
+def _int(buf, a: int, b: int):
+    """(value, status) of a stripped value: status 1 read, 0 empty (null), 2 not a plain integer."""
+    while a < b and _space(buf[a]):
+        a += 1
+    while b > a and _space(buf[b - 1]):
+        b -= 1
+    if a == b:
+        return 0, 0
+    neg = buf[a] == 45
+    p = a + 1 if neg else a
+    if p == b or b - p > 18 or not _digits(buf, p, b - p):
+        return 0, 2
+    v = _num(buf, p, b - p)
+    return (-v if neg else v), 1
+
+
+@njit(inline="always")
+def _float(buf, a: int, b: int):
+    """(value, status) as ``_int``: plain decimals of at most 15 digits, read exactly (one correctly
+    rounded division of two exact doubles, as polars' parser rounds)."""
+    while a < b and _space(buf[a]):
+        a += 1
+    while b > a and _space(buf[b - 1]):
+        b -= 1
+    if a == b:
+        return 0.0, 0
+    neg = buf[a] == 45
+    p = a + 1 if neg else a
+    mant, nd, frac, dot = 0, 0, 0, False
+    for q in range(p, b):
+        c = buf[q]
+        if _digit(c):
+            mant = mant * 10 + (c - 48)
+            nd += 1
+            if dot:
+                frac += 1
+        elif c == 46 and not dot and q > p and q < b - 1:
+            dot = True
+        else:
+            return 0.0, 2
+    if nd == 0 or nd > 15 or frac > 22:
+        return 0.0, 2
+    v = float(mant) / _POW10[frac]
+    return (-v if neg else v), 1
+
+
+@njit()
+def _batch(buf, ms: int, end: int, ival, ist, fval, fst, graph, flags, row: int) -> int:
+    """Fields of the batch message at ``ms`` into row ``row`` (ival/ist: forward_iter, INT_COLS, PENDING_KEYS;
+    fval/fst: FLOAT_COLS; status 1 read, 0 null, 2 for the general extraction; graph -1 null); returns
+    BATCH, BATCH_SLOW (a value it cannot type), or REST (not a batch head)."""
+    if _word(buf, ms, end, _PREFILL) == 13:
+        flags[row, 0] = 1
+        p = ms + 13
+    elif _word(buf, ms, end, _DECODE) == 12:
+        p = ms + 12
+    else:
+        return REST
+    status = BATCH
+    if p + 1 < end and buf[p] == 32 and buf[p + 1] == 91:      # ' [N]'
+        q = p + 2
+        while q < end and _digit(buf[q]):
+            q += 1
+        if q == p + 2 or q >= end or buf[q] != 93:
+            return REST
+        v, st = _int(buf, p + 2, q)
+        ival[row, 0], ist[row, 0] = v, st
+        if st == 2:
+            status = BATCH_SLOW
+        p = q + 1
+    if p + 1 >= end or (buf[p] != 44 and buf[p] != 46) or buf[p + 1] != 32:
+        return REST
+    head = p + 2
+    rse = end                                   # the body without trailing ', ' characters
+    while rse > head and (buf[rse - 1] == 44 or buf[rse - 1] == 32):
+        rse -= 1
+    graph[row] = -1
+    done = 0                                    # bit per slot: its value was taken
+    c = head
+    while c < rse:                              # each field start: after the head, or after ', '
+        e = c                                   # the first ': ' (the key before it) and the next ', '
+        n = -1
+        while e + 1 < rse and not (buf[e] == 58 and buf[e + 1] == 32):
+            if n < 0 and buf[e] == 44 and buf[e + 1] == 32:
+                n = e
+            e += 1
+        if e + 1 < rse:                         # key buf[c:e] followed by ': '
+            slot = _slot(buf, c, e)
+            if slot >= PD_SLOT:
+                flags[row, 1] = 1               # a PD queue counter: pending_req is their sum
+            if slot >= 0 and not (done >> slot) & 1:
+                v0 = e + 2
+                v1 = v0
+                while v1 < rse and buf[v1] != 44:
+                    v1 += 1
+                st = 0
+                if slot == GRAPH_SLOT:
+                    if _word(buf, v0, rse, _TRUE_FALSE) > 0:
+                        graph[row] = 1 if buf[v0] == 84 else 0
+                        done |= 1 << slot
+                elif v1 > v0:                   # an empty value: the regex looks further on
+                    done |= 1 << slot
+                    if slot < NINT:
+                        v, st = _int(buf, v0, v1)
+                        ival[row, 1 + slot], ist[row, 1 + slot] = v, st
+                    elif slot < GRAPH_SLOT:
+                        f, st = _float(buf, v0, v1)
+                        fval[row, slot - NINT], fst[row, slot - NINT] = f, st
+                    else:
+                        v, st = _int(buf, v0, v1)
+                        ival[row, 1 + NINT + slot - PD_SLOT], ist[row, 1 + NINT + slot - PD_SLOT] = v, st
+                if st == 2:
+                    status = BATCH_SLOW
+        if n < 0:                               # the next field starts after the next ', '
+            n = e
+            while n + 1 < rse and not (buf[n] == 44 and buf[n + 1] == 32):
+                n += 1
+        if n + 1 >= rse:
+            break
+        c = n + 2
+    return status
+
+
+@njit(inline="always")
+def _slot(buf, c: int, e: int) -> int:
+    """Column slot of the key buf[c:e], or -1."""
+    if e - c >= 64 or buf[c] >= 128:
+        return -1
+    j = KEY_LUT[e - c, buf[c]]
+    while j >= 0:
+        ka, kb = KEY_OFFS[j], KEY_OFFS[j + 1]
+        same = True
+        for k in range(kb - ka):
+            if buf[c + k] != KEY_BYTES[ka + k]:
+                same = False
+                break
+        if same:
+            return KEY_SLOTS[j]
+        j = KEY_NEXT[j]
+    return -1
+
+
+@njit()
+def _access(buf, ms: int, end: int, spans, row: int) -> int:
+    """The access regex on the message at ``ms`` (greedy path only; anything else is left to it)."""
+    n = _word(buf, ms, end, _LEVELS)
+    if n == 0:
+        return REST
+    p = ms + n
+    if p >= end or buf[p] != 58:
+        return REST
+    p += 1
+    w = p
+    while w < end and _space(buf[w]):
+        w += 1
+    if w == p:
+        return REST
+    c = w
+    while c < end and not _space(buf[c]):
+        c += 1
+    if c == w or c + 3 >= end or buf[c] != 32 or buf[c + 1] != 45 or buf[c + 2] != 32 or buf[c + 3] != 34:
+        return REST
+    m0 = c + 4
+    m1 = m0
+    while m1 < end and 65 <= buf[m1] <= 90:
+        m1 += 1
+    if m1 == m0 or m1 >= end or buf[m1] != 32:
+        return REST
+    u0 = m1 + 1
+    u1 = u0
+    while u1 < end and not _space(buf[u1]):
+        u1 += 1
+    if u1 == u0 or _word(buf, u1, end, _HTTP) != 6:
+        return REST
+    h = u1 + 6
+    h1 = h
+    while h1 < end and (_digit(buf[h1]) or buf[h1] == 46):
+        h1 += 1
+    if h1 == h or h1 + 5 > end or buf[h1] != 34 or buf[h1 + 1] != 32 or not _digits(buf, h1 + 2, 3):
+        return REST
+    spans[row, 0], spans[row, 1] = w, c
+    spans[row, 2], spans[row, 3] = m0, m1
+    spans[row, 4], spans[row, 5] = u0, u1
+    spans[row, 6] = _num(buf, h1 + 2, 3)
+    return ACCESS
+
+
+@njit()
+def scan(buf, starts, ends, brackets, ascii_all):
+    """Per line [starts[i], ends[i]) of ``buf`` (the line ending excluded): kind, time (us) and stripped
+    rank span of bulk lines, the typed fields of batch lines, the field spans of access lines, and where
+    the message starts.  ``brackets``: the offsets of every '[' in ``buf``; ``ascii_all``: ``buf`` is
+    ASCII (no line needs its own test)."""
+    n = len(starts)
+    kind = np.zeros(n, np.int8)
+    ts = np.zeros(n, np.int64)
+    rank = np.zeros((n, 2), np.int64)
+    ival = np.zeros((n, 1 + NINT + NPEND), np.int64)
+    ist = np.zeros((n, 1 + NINT + NPEND), np.int8)
+    fval = np.zeros((n, NFLOAT), np.float64)
+    fst = np.zeros((n, NFLOAT), np.int8)
+    graph = np.zeros(n, np.int8)
+    flags = np.zeros((n, 2), np.int8)          # Prefill, PD line
+    spans = np.zeros((n, 7), np.int64)         # client, method, path (start, end), status
+    mstart = np.zeros(n, np.int64)
+    b = 0
+    for row in range(n):
+        s, e = starts[row], ends[row]
+        while b < len(brackets) and brackets[b] <= s:
+            b += 1
+        if _plain(buf, s, e, brackets, b, ascii_all):
+            kind[row] = _line(buf, s, e, row, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart)
+    return kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart
+
+
+@njit()
+def _plain(buf, s: int, e: int, brackets, b: int, ascii_all: bool) -> bool:
+    """An ASCII line with no other record's stamp '[YYYY-MM-DD HH:MM:SS' after its first character
+    (``brackets[b:]``: the '[' after its start)."""
+    while b < len(brackets) and brackets[b] < e:
+        if _stamp(buf, brackets[b] + 1, e):
+            return False
+        b += 1
+    if not ascii_all:
+        for p in range(s, e):
+            if buf[p] >= 128:
+                return False
+    return True
+
+
+@njit()
+def _line(buf, s: int, e: int, row: int, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart) -> int:
+    if e - s < 22 or buf[s] != 91 or not _stamp(buf, s + 1, e) or (buf[s + 20] != 93 and buf[s + 20] != 32):
+        return REST
+    close = _ranks_end(buf, s + 20, e)
+    if close < 0:
+        return REST
+    us = _micros(buf, s + 1)
+    if us < 0:
+        return REST
+    ms = close + 1
+    if ms < e and buf[ms] == 32:
+        ms += 1
+    k = _batch(buf, ms, e, ival, ist, fval, fst, graph, flags, row)
+    if k == REST:
+        k = _access(buf, ms, e, spans, row)
+    if k != REST:
+        ts[row] = us
+        mstart[row] = ms
+        a, b = s + 20, close
+        while a < b and buf[a] == 32:
+            a += 1
+        rank[row, 0], rank[row, 1] = a, b
+    return k

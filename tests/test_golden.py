@@ -1,0 +1,136 @@
+"""Golden test: every view of the test corpora, re-ingested and analysed, equals its snapshot exactly.
+
+The snapshots (tests/data/golden/*.parquet) were written by tests/data/golden/generate.py before the
+fast ingest path existed; any change of parsing shows up here as the first differing row of a view.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import cache
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import DATA
+
+from hangforensics.ingest import parallel, pipeline
+
+GOLDEN = DATA / "golden"
+_spec = importlib.util.spec_from_file_location("golden_generate", GOLDEN / "generate.py")
+assert _spec is not None and _spec.loader is not None
+gen = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen)
+
+
+@cache
+def golden(view: str) -> pa.Table:
+    return pq.read_table(GOLDEN / f"{view}.parquet")
+
+
+def expected(corpus: str) -> dict[str, pa.Table]:
+    out = {}
+    for path in sorted(GOLDEN.glob("*.parquet")):
+        t = golden(path.stem)
+        rows = t.filter(pa.compute.equal(t.column("corpus"), corpus)).drop_columns(["corpus"])
+        out[path.stem] = rows.combine_chunks()
+    return out
+
+
+def first_difference(got: pa.Table, want: pa.Table) -> str:
+    if got.schema != want.schema:
+        return f"schema differs:\n got  {got.schema}\n want {want.schema}"
+    if got.num_rows != want.num_rows:
+        return f"{got.num_rows} rows, want {want.num_rows}"
+    for i, (a, b) in enumerate(zip(got.to_pylist(), want.to_pylist(), strict=True)):
+        if a != b:
+            cols = [k for k in a if a[k] != b[k]]
+            return f"row {i} differs in {cols}:\n got  {[a[k] for k in cols]}\n want {[b[k] for k in cols]}"
+    return "equal"
+
+
+def assert_same(got: dict[str, pa.Table], want: dict[str, pa.Table]) -> None:
+    assert sorted(got) == sorted(want), "the set of views changed: regenerate the golden snapshots on purpose"
+    bad = {v: first_difference(got[v].combine_chunks(), want[v]) for v in want
+           if not got[v].combine_chunks().equals(want[v], check_metadata=False)}
+    assert not bad, "\n".join(f"{v}: {d}" for v, d in bad.items())
+
+
+def test_golden_fixtures_cover_the_hot_path() -> None:
+    """The snapshots hold what the fast path must keep: batch and access rows of every corpus family,
+    events, stacks, unparsed lines and findings."""
+    for view, least in (("batches", 50000), ("http_requests", 20000), ("events", 1000), ("stacks", 100),
+                        ("unparsed", 100), ("findings", 50), ("sources", 100)):
+        assert golden(view).num_rows >= least, view
+    corpora = set(golden("sources").column("corpus").to_pylist())
+    assert corpora == set(gen.CORPORA)
+
+
+@pytest.mark.parametrize("corpus", list(gen.CORPORA))
+def test_views_equal_golden(corpus: str) -> None:
+    assert_same(gen.snapshot_corpus(corpus), expected(corpus))
+
+
+@pytest.mark.parametrize("corpus", list(gen.CORPORA))
+def test_scanner_views_equal_golden(corpus: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every plain log read through the compiled scanner (sglang_fast), however small, gives the same views."""
+    monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", "0")
+    assert_same(gen.snapshot_corpus(corpus), expected(corpus))
+
+
+@pytest.mark.parametrize("scan_min", ["0", str(1 << 40)])
+def test_split_log_equals_golden(monkeypatch: pytest.MonkeyPatch, scan_min: str) -> None:
+    """The generated log cut into byte ranges parsed by worker processes (with the scanner and without)
+    gives the same views as one process reading it whole."""
+    monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", scan_min)
+    monkeypatch.setattr(pipeline, "PARALLEL_MIN_BYTES", 1024)
+    monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1024)
+    assert_same(gen.snapshot_corpus("big", jobs=2), expected("big"))
+
+
+def test_scanner_failure_falls_back_to_the_general_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scanner that fails when called (compiling or caching its code) is turned off for the process; the
+    chunk and the rest are read by the general parser, with the same views."""
+    from hangforensics.parsers import sglang_fast, sglang_scan
+
+    def broken(*args: object) -> None:
+        raise OSError("cannot write the numba cache")
+
+    monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", "0")
+    monkeypatch.setattr(sglang_fast, "_scanner", None)
+    monkeypatch.setattr(sglang_scan, "scan", broken)
+    assert_same(gen.snapshot_corpus("variants"), expected("variants"))
+    assert sglang_fast.scanner() is None
+
+
+def test_scanner_off_without_a_numba_cache(tmp_path) -> None:
+    """Where numba has no writable cache directory (it refuses ``cache=True``), the scanner module still
+    imports, reports itself uncached, and a large read takes the general parser: no crash, same rows."""
+    import subprocess
+    import sys
+    import textwrap
+
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"[2026-01-01 00:00:{i % 60:02d} TP0] Decode batch, #running-req: {i}, #token: 8, "
+                           f"token usage: 0.01, gen throughput (token/s): 1.5, #queue-req: 0\n" for i in range(500)))
+    code = textwrap.dedent(f"""
+        import logging
+        from numba.core import caching
+        impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+        impl._locator_classes = []                    # as with no writable directory anywhere
+        logging.basicConfig()
+        from hangforensics.parsers import sglang_fast, sglang_scan
+        from hangforensics.store import Store
+        from hangforensics.ingest.pipeline import ingest_paths
+        assert sglang_scan.CACHED is False
+        with Store(":memory:") as st:
+            ingest_paths(st, [{str(log)!r}], mode="engine")
+            print(st.scalar("SELECT count(*) FROM batches"), st.scalar("SELECT sum(running_req) FROM batches"))
+        assert sglang_fast.scanner() is None
+    """)
+    env = {**os.environ, "HANGFORENSICS_SCAN_MIN_BYTES": "0"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["500", str(sum(range(500)))]
+    assert "compiled log scanner is off" in run.stderr
