@@ -142,7 +142,8 @@ def worker_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
     error, Ctrl-C or an abandoned ingest the workers are terminated first; and the resource tracker that
     the spawn start method starts is stopped too (a nightly cron job must not leave processes)."""
     ctx = multiprocessing.get_context("spawn")     # polars' threads do not survive fork
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+    with _semaphores_outlive_the_tracker():
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
     clean = False
     try:
         yield pool
@@ -159,6 +160,33 @@ def worker_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
                 setattr(pool, name, None)
         gc.collect()
         stop_resource_tracker()
+
+
+@contextlib.contextmanager
+def _semaphores_outlive_the_tracker() -> Iterator[None]:
+    """The pool's named semaphores, created in here, tolerate being unlinked before their finalizer runs.
+
+    After Ctrl-C the interrupted frames still hold the pool's queues, so their semaphores outlive the
+    resource tracker we stop; it unlinks them as it exits, and their finalizers at interpreter exit would
+    print a FileNotFoundError traceback each (or, unregistering, start a new tracker)."""
+    from multiprocessing import synchronize
+
+    original = synchronize.SemLock.__dict__["_cleanup"]
+
+    def cleanup(name: str) -> None:
+        try:
+            synchronize.sem_unlink(name)
+        except FileNotFoundError:
+            return                      # the stopped tracker unlinked it already
+        from multiprocessing.resource_tracker import unregister
+
+        unregister(name, "semaphore")
+
+    synchronize.SemLock._cleanup = staticmethod(cleanup)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        synchronize.SemLock._cleanup = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
