@@ -267,6 +267,14 @@ def _root(
     pass
 
 
+def _interrupted(e: BaseException) -> bool:
+    """A Ctrl-C that reached DuckDB in the middle of a statement: it ends the statement with this error
+    instead of letting KeyboardInterrupt through."""
+    if type(e).__name__ == "InterruptException":
+        return True
+    return isinstance(e, RuntimeError) and str(e).startswith("Query interrupted")
+
+
 def main() -> None:
     try:
         rc = app(standalone_mode=False)
@@ -286,6 +294,9 @@ def main() -> None:
         sys.stderr.write("hangforensics: interrupted\n")
         sys.exit(130)
     except Exception as e:  # click usage errors and anything unexpected: one line, never a traceback
+        if _interrupted(e):
+            sys.stderr.write("hangforensics: interrupted\n")
+            sys.exit(130)
         # typer vendors click: its usage errors carry format_message() and an exit code
         if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
             if e.format_message().strip():

@@ -42,35 +42,57 @@ def splittable(p: Plan) -> bool:
 def split_job(job: FileJob, parts: int) -> list[FileJob]:
     """Cut a large uncompressed log into byte ranges that start at record starts, with the line number
     each range starts at (counting newlines is a memchr pass, far cheaper than parsing)."""
-    size = job.end_offset if job.end_offset is not None else job.abs_path.stat().st_size
+    size = _end(job)
     step = max((size - job.start_offset) // parts, 1)
+    pieces = _pieces(job, [job.start_offset + k * step for k in range(1, parts)])
+    line = job.start_line
+    for k, piece in enumerate(pieces):
+        piece.start_line = line
+        if k + 1 < len(pieces):
+            line += count_lines(piece)
+    return pieces
+
+
+def _end(job: FileJob) -> int:
+    return job.end_offset if job.end_offset is not None else job.abs_path.stat().st_size
+
+
+def _pieces(job: FileJob, targets: list[int]) -> list[FileJob]:
+    """The ranges of ``job`` cut at the first record start at or after each target offset; their start
+    lines are left to the caller (``count_lines``)."""
+    size = _end(job)
     record_start = PayloadReader(job.envelope).record_start() if job.envelope is not None \
         else PayloadReader.for_file(job.abs_path, None).record_start()
     bounds = [job.start_offset]
     with job.abs_path.open("rb") as f:
-        for k in range(1, parts):
-            f.seek(job.start_offset + k * step)
+        for target in targets:
+            f.seek(target)
             window = f.read(4 * 1024 * 1024)
             m = record_start.search(window)
             if m is None:
                 continue
-            cut = job.start_offset + k * step + m.start() + 1
-            if cut > bounds[-1]:
+            cut = target + m.start() + 1
+            if bounds[-1] < cut < size:
                 bounds.append(cut)
-        bounds.append(size)
-        jobs, line = [], job.start_line
-        for a, b in zip(bounds, bounds[1:], strict=False):
-            jobs.append(FileJob(job.engine, job.abs_path, job.rel_path, job.kind, a, line, job.mtime, b,
-                                hold_partial=job.hold_partial and b == size, envelope=job.envelope))
-            f.seek(a)
-            remaining = b - a
-            while remaining > 0:
-                block = f.read(min(remaining, 16 * 1024 * 1024))
-                if not block:
-                    break
-                line += block.count(b"\n")
-                remaining -= len(block)
-    return jobs
+    bounds.append(size)
+    return [FileJob(job.engine, job.abs_path, job.rel_path, job.kind, a, job.start_line, job.mtime, b,
+                    hold_partial=job.hold_partial and b == size, envelope=job.envelope)
+            for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def count_lines(piece: FileJob) -> int:
+    """Newlines in a range (where the next range's line numbers start)."""
+    lines = 0
+    with piece.abs_path.open("rb") as f:
+        f.seek(piece.start_offset)
+        remaining = (piece.end_offset or 0) - piece.start_offset
+        while remaining > 0:
+            block = f.read(min(remaining, 16 * 1024 * 1024))
+            if not block:
+                break
+            lines += block.count(b"\n")
+            remaining -= len(block)
+    return lines
 
 
 def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, counter: Any = None):
@@ -83,10 +105,16 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
         with worker_pool(jobs) as pool:
             ranges = _Ranges(pool, tmp, window=jobs + 2)
             with _workers_ignore_ctrl_c():         # workers start on submit: Ctrl-C is the parent's to handle
+                if any(splittable(p) for p in work):
+                    # the workers start (imports, the scanner's compiled code) while the log is split here
+                    for _ in range(jobs):
+                        pool.submit(warm_up)
                 whole = {pool.submit(parse_to_ipc, p.job(), str(tmp / f"f{i}")): p
                          for i, p in enumerate(work) if not splittable(p)}
                 split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
                 ranges.fill()
+            # the rest of the ranges' first lines, while the workers parse the first ones (the loader waits)
+            ranges.count(len(ranges.todo) - 1)
             if counter is not None:
                 counter.tasks += len(whole) + len(ranges.todo)
             # whole small files as they finish; the ranges of a split log in order
@@ -100,32 +128,59 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
 
 
 # A split log's ranges: small enough that loading the first overlaps parsing the next ones, large enough
-# that a worker's fixed cost per range (the chunk at its start and end) stays small.
+# that a worker's fixed cost per range (the chunk at its start and end) stays small.  The first ones are
+# smaller (FIRST_RANGE_BYTES, then doubling): the loader starts sooner.
 RANGE_BYTES = 64 * 1024 * 1024
+FIRST_RANGE_BYTES = 16 * 1024 * 1024
+
+
+def range_targets(start: int, size: int, jobs: int) -> list[int]:
+    """Where to cut ``size`` bytes from ``start``: ranges growing from FIRST_RANGE_BYTES to at most
+    RANGE_BYTES, and at least ``2 * jobs`` of them (every worker busy)."""
+    step = min(RANGE_BYTES, max(size // max(jobs * 2, 1), 1))
+    targets, at, piece = [], start, min(FIRST_RANGE_BYTES, step)
+    while at + piece < start + size:
+        at += piece
+        targets.append(at)
+        piece = min(piece * 2, step)
+    return targets
 
 
 class _Ranges:
     """The byte ranges of split logs, submitted in file order with at most ``window`` of them parsed ahead
-    of the loader (their spilled batches wait on disk)."""
+    of the loader (their spilled batches wait on disk).  The first lines of the ranges are counted after
+    the first ones are submitted (the count overlaps their parsing)."""
 
     def __init__(self, pool: ProcessPoolExecutor, tmp: Path, window: int) -> None:
         self.pool, self.tmp, self.window = pool, tmp, window
         self.todo: list[FileJob] = []
+        self.first: set[int] = set()            # indices of the first range of each log (its line is known)
         self.submitted: list[Any] = []          # futures not yet taken, in order
         self.next = 0
+        self.counted = 0                        # ranges before this one have their first line
 
     def add(self, p: Plan, jobs: int) -> int:
         """Queue the ranges of one log; return how many there are."""
         job = p.job()
-        size = (job.end_offset if job.end_offset is not None else job.abs_path.stat().st_size) - job.start_offset
-        pieces = split_job(job, max(jobs * 2, -(-size // RANGE_BYTES)))
+        pieces = _pieces(job, range_targets(job.start_offset, _end(job) - job.start_offset, jobs))
+        self.first.add(len(self.todo))
         self.todo += pieces
         return len(pieces)
 
     def fill(self) -> None:
         while self.next < len(self.todo) and len(self.submitted) < self.window:
-            self.submitted.append(self.pool.submit(parse_to_ipc, self.todo[self.next], str(self.tmp / f"r{self.next}")))
+            k = self.next
+            self.count(k)
+            self.submitted.append(self.pool.submit(parse_to_ipc, self.todo[k], str(self.tmp / f"r{k}")))
             self.next += 1
+
+    def count(self, upto: int) -> None:
+        """The first lines of the ranges up to ``upto``."""
+        while self.counted < upto:
+            self.counted += 1
+            if self.counted not in self.first:
+                prev = self.todo[self.counted - 1]
+                self.todo[self.counted].start_line = prev.start_line + count_lines(prev)
 
     def take(self, count: int) -> Iterator[Any]:
         """The next ``count`` ranges' futures, in order, the window refilled as each is taken."""
@@ -252,6 +307,17 @@ def join_ranges(ranges: Iterable[Iterator[tuple[str, Any]]]) -> Iterator[tuple[s
         release = newest_release(release, last.release)
     done.release = release
     return done
+
+
+def warm_up() -> None:
+    """Worker: load what parsing a large log needs (polars, pyarrow, the compiled scanner and its code),
+    started before the parent splits the log into ranges, so that both overlap."""
+    import polars  # noqa: F401
+    import pyarrow  # noqa: F401
+
+    from ..parsers.sglang_fast import scan_min_bytes, scanner, warm_scanner
+    if scan_min_bytes() <= SPLIT_MIN_BYTES and scanner() is not None:
+        warm_scanner()
 
 
 def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], FileOutcome]:

@@ -65,14 +65,18 @@ def _loader_settings(store: Store) -> Iterator[None]:
     to spill); the caller's settings are restored after (a test may pin one thread)."""
     limit = store.scalar("SELECT current_setting('memory_limit')")
     threads = store.scalar("SELECT current_setting('threads')")
+    threshold = store.scalar("SELECT current_setting('checkpoint_threshold')")
     store.con.execute("SET threads = 1")
     if store.path != ":memory:":
         store.con.execute("SET memory_limit = ?", [LOADER_MEMORY])
+        # no checkpoint at a commit meanwhile (on this one thread); the one at the end has every thread
+        store.con.execute("SET checkpoint_threshold = '1TB'")
     try:
         yield
     finally:
         store.con.execute(f"SET threads = {int(threads)}")
         store.con.execute("SET memory_limit = ?", [limit])
+        store.con.execute("SET checkpoint_threshold = ?", [threshold])
 
 
 def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: ProgressBar | None = None,
