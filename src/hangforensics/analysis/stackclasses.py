@@ -102,16 +102,24 @@ class RankStack:
 FR_PENDING = ("started", "scheduled")
 
 
-def main_stacks(store: Store, engine: str) -> list[RankStack]:
+def dumped_threads(store: Store, engine: str, where: str = "TRUE") -> dict[str, list[dict]]:
+    """Each dump's threads of ``engine`` (rows of ``stacks`` matching ``where`` on ``s``), each with its
+    frames innermost first, grouped by dump_id."""
     rows = store.query(
-        """SELECT s.dump_id, s.thread_id, s.rank, s.ts, s.thread_state, s.thread_name, s.pid, s.path, s.line,
-                  s.format, list({'function': f.function, 'file': f.file, 'line': f.line, 'native': f.native}
-                       ORDER BY f.depth) AS frames
-           FROM stacks s JOIN frames f ON f.dump_id = s.dump_id AND f.thread_id = s.thread_id
-           WHERE s.engine = ? AND s.rank <> '' GROUP BY ALL""", [engine])
+        f"""SELECT s.dump_id, s.thread_id, s.rank, s.ts, s.thread_state, s.thread_name, s.pid, s.process_title,
+                   s.path, s.line, s.format,
+                   list({{'function': f.function, 'file': f.file, 'line': f.line, 'native': f.native}}
+                        ORDER BY f.depth) AS frames
+            FROM stacks s JOIN frames f ON f.dump_id = s.dump_id AND f.thread_id = s.thread_id
+            WHERE s.engine = ? AND ({where}) GROUP BY ALL""", [engine])
     by_dump: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_dump[r["dump_id"]].append(r)
+    return by_dump
+
+
+def main_stacks(store: Store, engine: str) -> list[RankStack]:
+    by_dump = dumped_threads(store, engine, "s.rank <> ''")
     out = []
     for threads in by_dump.values():
         fr = [t for t in threads if t["format"] == "flight_recorder"]

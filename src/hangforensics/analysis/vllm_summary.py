@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ..store import Store
-from .stackclasses import RankStack, collective_of, compact_ranks, path_of
+from .stackclasses import RankStack, collective_of, compact_ranks, dumped_threads, path_of
 
 # Where a vLLM process is, by the files and functions of its main thread (a dump often names no process).
 WORKER_FILES = ("vllm/worker/", "vllm/v1/worker/", "vllm/model_executor/", "vllm/distributed/communication_op")
@@ -86,15 +86,7 @@ def gather(store: Store, engine: str, stall: dict[str, Any] | None) -> VllmFacts
 
 def stack_facts(store: Store, engine: str) -> list[StackFact]:
     """One fact per dumped vLLM process of the latest dumps (its main thread), ranked or not."""
-    rows = store.query(
-        """SELECT s.dump_id, s.thread_id, s.rank, s.thread_name, s.pid, s.process_title, s.path, s.line, s.ts,
-                  s.thread_state, list({'function': f.function, 'file': f.file, 'native': f.native}
-                       ORDER BY f.depth) AS frames
-           FROM stacks s JOIN frames f ON f.dump_id = s.dump_id AND f.thread_id = s.thread_id
-           WHERE s.engine = ? AND s.format <> 'flight_recorder' GROUP BY ALL""", [engine])
-    by_dump: dict[str, list[dict]] = defaultdict(list)
-    for r in rows:
-        by_dump[r["dump_id"]].append(r)
+    by_dump = dumped_threads(store, engine, "s.format <> 'flight_recorder'")
     out: dict[tuple, StackFact] = {}
     for threads in by_dump.values():
         main = ([t for t in threads if t["thread_name"] == "MainThread"]
