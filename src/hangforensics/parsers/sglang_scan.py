@@ -187,12 +187,19 @@ def _ranks_end(buf, p: int, end: int) -> int:
 
 
 @njit(inline="always")
-def _int(buf, a: int, b: int):
-    """(value, status) of a stripped value: status 1 read, 0 empty (null), 2 not a plain integer."""
+def _strip(buf, a: int, b: int):
+    """``buf[a:b]`` without its surrounding spaces, as (start, end)."""
     while a < b and _space(buf[a]):
         a += 1
     while b > a and _space(buf[b - 1]):
         b -= 1
+    return a, b
+
+
+@njit(inline="always")
+def _int(buf, a: int, b: int):
+    """(value, status) of a stripped value: status 1 read, 0 empty (null), 2 not a plain integer."""
+    a, b = _strip(buf, a, b)
     if a == b:
         return 0, 0
     neg = buf[a] == 45
@@ -207,10 +214,7 @@ def _int(buf, a: int, b: int):
 def _float(buf, a: int, b: int):
     """(value, status) as ``_int``: plain decimals of at most 15 digits, read exactly (one correctly
     rounded division of two exact doubles, as polars' parser rounds)."""
-    while a < b and _space(buf[a]):
-        a += 1
-    while b > a and _space(buf[b - 1]):
-        b -= 1
+    a, b = _strip(buf, a, b)
     if a == b:
         return 0.0, 0
     neg = buf[a] == 45
