@@ -82,7 +82,8 @@ SCHEMA = pa.schema([
 
 def gather(store: Store, engine: str) -> Evidence:
     files = {r["kind"]: r["n"] for r in store.query(
-        "SELECT kind, count(*)::INTEGER AS n FROM sources WHERE engine = ? GROUP BY kind", [engine])}
+        "SELECT kind, count(*)::INTEGER AS n FROM sources WHERE engine = ? GROUP BY kind ORDER BY n DESC, kind",
+        [engine])}
     unparsed = store.scalar("SELECT COALESCE(sum(unparsed_lines), 0) FROM sources WHERE engine = ?", [engine])
     span = store.query(
         """SELECT min(ts) AS a, max(ts) AS b FROM (
