@@ -23,13 +23,11 @@ from ..store import Store
 from ..terminal_progress import ProgressBar
 from .jobs import CHECKPOINT, FileJob, FileOutcome, with_result
 from .load import load_file
-from .parse import parse_file
 from .plan import Plan
+from .worker import SPLIT_MIN_BYTES, parse_to_ipc, warm_up
 
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 
-
-SPLIT_MIN_BYTES = 128 * 1024 * 1024
 
 
 def splittable(p: Plan) -> bool:
@@ -81,17 +79,21 @@ def _pieces(job: FileJob, targets: list[int]) -> list[FileJob]:
 
 
 def count_lines(piece: FileJob) -> int:
-    """Newlines in a range (where the next range's line numbers start)."""
-    lines = 0
-    with piece.abs_path.open("rb") as f:
-        f.seek(piece.start_offset)
-        remaining = (piece.end_offset or 0) - piece.start_offset
-        while remaining > 0:
-            block = f.read(min(remaining, 16 * 1024 * 1024))
-            if not block:
-                break
-            lines += block.count(b"\n")
-            remaining -= len(block)
+    """Newlines in a range (where the next range's line numbers start): counted by numpy over the mapped
+    file (half the CPU of ``bytes.count`` over reads, and no copies; the parent loads meanwhile)."""
+    import mmap
+
+    import numpy as np
+
+    start, end = piece.start_offset, piece.end_offset or 0
+    if end <= start:
+        return 0
+    with piece.abs_path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        data = np.frombuffer(mm, np.uint8)
+        lines = 0
+        for at in range(start, end, 16 * 1024 * 1024):
+            lines += int(np.count_nonzero(data[at:min(at + 16 * 1024 * 1024, end)] == 10))
+        del data
     return lines
 
 
@@ -151,7 +153,7 @@ class _Ranges:
     of the loader (their spilled batches wait on disk).  The first lines of the ranges are counted after
     the first ones are submitted (the count overlaps their parsing)."""
 
-    def __init__(self, pool: ProcessPoolExecutor, tmp: Path, window: int) -> None:
+    def __init__(self, pool: _Pool, tmp: Path, window: int) -> None:
         self.pool, self.tmp, self.window = pool, tmp, window
         self.todo: list[FileJob] = []
         self.first: set[int] = set()            # indices of the first range of each log (its line is known)
@@ -173,6 +175,8 @@ class _Ranges:
             self.count(k)
             self.submitted.append(self.pool.submit(parse_to_ipc, self.todo[k], str(self.tmp / f"r{k}")))
             self.next += 1
+        if self.next == len(self.todo):
+            self.pool.no_more_tasks()
 
     def count(self, upto: int) -> None:
         """The first lines of the ranges up to ``upto``."""
@@ -191,24 +195,48 @@ class _Ranges:
             self.fill()
 
 
+class _Pool(ProcessPoolExecutor):
+    """A process pool whose workers can be let go as soon as the last task is handed out: they exit when
+    it is done, while the parent still loads their output (measured: 0.4 s less at the end of a large
+    ingest), and are joined (or terminated) at the end all the same."""
+
+    _let_go: tuple[list[Any], Any] | None = None
+
+    def no_more_tasks(self) -> None:
+        if self._let_go is None:
+            self._let_go = (list((self._processes or {}).values()), self._executor_manager_thread)
+            self.shutdown(wait=False)
+
+    def workers(self) -> tuple[list[Any], Any]:
+        """The worker processes and the thread that manages them (after ``no_more_tasks`` too)."""
+        if self._let_go is not None:
+            return self._let_go
+        return list((getattr(self, "_processes", None) or {}).values()), getattr(self, "_executor_manager_thread", None)
+
+
 @contextlib.contextmanager
-def worker_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
+def worker_pool(jobs: int) -> Iterator[_Pool]:
     """A pool of parser processes that leaves nothing behind: on success every worker is joined; on an
     error, Ctrl-C or an abandoned ingest the workers are terminated first; and the resource tracker that
     the spawn start method starts is stopped too (a nightly cron job must not leave processes)."""
     ctx = multiprocessing.get_context("spawn")     # polars' threads do not survive fork
     with _semaphores_outlive_the_tracker():
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+        pool = _Pool(max_workers=jobs, mp_context=ctx)
     clean = False
     try:
         yield pool
         clean = True
     finally:
+        procs, manager = pool.workers()
         if not clean:
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            for proc in procs:
                 with contextlib.suppress(Exception):
                     proc.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
+        if manager is not None:
+            manager.join()
+        for proc in procs:
+            proc.join()
         # the pool's queues hold named semaphores: release them before the tracker that watches them goes
         for name in ("_call_queue", "_result_queue", "_executor_manager_thread_wakeup"):
             if hasattr(pool, name):
@@ -307,59 +335,6 @@ def join_ranges(ranges: Iterable[Iterator[tuple[str, Any]]]) -> Iterator[tuple[s
         release = newest_release(release, last.release)
     done.release = release
     return done
-
-
-def warm_up() -> None:
-    """Worker: load what parsing a large log needs (polars, pyarrow, the compiled scanner and its code),
-    started before the parent splits the log into ranges, so that both overlap."""
-    import polars  # noqa: F401
-    import pyarrow  # noqa: F401
-
-    from ..parsers.sglang_fast import scan_min_bytes, scanner, warm_scanner
-    if scan_min_bytes() <= SPLIT_MIN_BYTES and scanner() is not None:
-        warm_scanner()
-
-
-def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], FileOutcome]:
-    """Worker: parse one file, spill each batch to an Arrow IPC file; errors travel back in the outcome."""
-    import polars as pl
-    import pyarrow as pa
-
-    manifest: list[tuple[str, str]] = []
-    result: list[FileOutcome] = []
-    try:
-        for table, rows in with_result(parse_file(job), result):
-            if table == CHECKPOINT:
-                manifest.append((table, json.dumps([rows.lines, rows.unparsed, rows.read_bytes])))
-                continue
-            df = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)
-            path = f"{prefix}-{len(manifest)}-{table}.arrow"
-            # uncompressed: the loader maps the file instead of decompressing it (its CPU is the bottleneck)
-            arrow = _dictionary_encoded(df.to_arrow())
-            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, arrow.schema) as writer:
-                writer.write_table(arrow)
-            manifest.append((table, path))
-    except InputError as e:
-        return [], FileOutcome(status=f"error: {e}")
-    return manifest, result[0] or FileOutcome()
-
-
-# Repeated text columns (a file's engine and path on every row, a batch's kind and rank) spilled as Arrow
-# dictionaries: DuckDB inserts them into VARCHAR columns for less CPU (measured: the loader's CPU -20 %
-# on a batch-heavy log) and the spill is smaller.
-DICTIONARY_COLUMNS = ("engine", "path", "file", "batch_kind", "rank", "kind")
-
-
-def _dictionary_encoded(t: Any) -> Any:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    t = t.combine_chunks()
-    for name in DICTIONARY_COLUMNS:
-        if name in t.column_names and t.num_rows and t.schema.field(name).type in (pa.string(), pa.large_string()):
-            col = pc.dictionary_encode(t.column(name))
-            t = t.set_column(t.column_names.index(name), pa.field(name, col.type), col)
-    return t
 
 
 def _read_ipc(manifest: list[tuple[str, str]], outcome: FileOutcome):

@@ -16,7 +16,7 @@ from ..readers.kinds import CAPTURE_KINDS, STACK_KINDS
 from ..readers.layout import EvidenceFile
 from ..readers.logfile import CHUNK_BYTES, iter_chunks
 from ..readers.payload import Payload, PayloadReader, hold_point, read_payload
-from ..store import LOADED_TABLES
+from ..store.schema import LOADED_TABLES
 from . import collective_parse
 from .jobs import CHECKPOINT, FileJob, FileOutcome
 

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from .sglang_log import FileContext, Parsed, chunk_facts, parse_chunk
+from .sglang_log import BACKWARDS_S, FileContext, Parsed, chunk_facts, parse_chunk
 from .sglang_patterns import RELEASE_ORDER
 
 # Below this many bytes a read uses the general parser alone: the scanner's start-up (numba, its compiled
@@ -78,7 +79,9 @@ def warm_scanner() -> None:
 
 
 def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
-    """Parse the lines of a plain log chunk (``raw``: its bytes, valid UTF-8) as ``parse_chunk`` does."""
+    """Parse the lines of a plain log chunk (``raw``: its bytes, valid UTF-8) as ``parse_chunk`` does.
+    The bulk lines' tables come back as Arrow tables (their repeated text dictionary-encoded), in line order
+    with the general parser's rows."""
     buf = np.frombuffer(raw, np.uint8)
     nl = np.flatnonzero(buf == 10)
     n = len(nl) + (1 if len(buf) and buf[-1] != 10 else 0)
@@ -95,7 +98,7 @@ def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
     try:
         if sc is None:
             raise _Off
-        kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart = sc.scan(
+        kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart, rid, uranks = sc.scan(
             buf, starts, ends, np.flatnonzero(buf == 91), raw.isascii())
     except Exception as e:                  # noqa: BLE001 (compiling or caching failed: the general parser)
         if sc is not None:
@@ -112,53 +115,183 @@ def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
     line_of = np.arange(first_line, first_line + n, dtype=np.int64)
     text = lines.gather(keep).str.strip_suffix("\n").str.strip_suffix("\r")
     out = parse_chunk(text, first_line, ctx, line_numbers=line_of[keep].tolist(), whole=False)
-    rank = rank - starts[:, None]
-    spans = spans.copy()
-    spans[:, :6] -= starts[:, None]
     fi = np.flatnonzero(fast)
-    ranks = _strings(lines.gather(fi), rank[fi, 0], rank[fi, 1])
-    is_batch = kind[fi] == sc.BATCH
-    fb, fa = fi[is_batch], fi[~is_batch]
-    for table, rows in _bulk_frames(ctx, lines, fb, fa, ranks.filter(pl.Series(is_batch)), line_of, ts, ival, ist,
-                                    fval, fst, graph, flags, spans).items():
-        have = out.tables.get(table)
-        if rows.height:
-            out.tables[table] = rows if have is None or not have.height else \
-                pl.concat([have, rows], how="vertical_relaxed").sort("line")
+    ranks = _Ranks(raw, lines, fi, starts, rank, rid, uranks)
+    bulk_rows = _Bulk(ctx, lines, fi, kind == sc.BATCH, line_of, ts, starts, spans, ranks)
+    for table, rows in (("batches", bulk_rows.batches(ival, ist, fval, fst, graph, flags)),
+                        ("http_requests", bulk_rows.access())):
+        if rows is not None:
+            out.tables[table] = _in_line_order(out.tables.get(table), rows)
     assert out.starts is not None
-    chunk_facts(_all_starts(out.starts, ctx, lines, fi, line_of, ts, mstart - starts, ends - starts, ranks), ctx, out)
+    head = fi[:_release_records(ctx, fi)]
+    _chunk_facts(out.starts, ctx, out, bulk_rows, _strings(lines.gather(head), (mstart - starts)[head],
+                                                           (ends - starts)[head]))
     out.starts = None
     _record_time(out, ctx)
     out.lines = n
     return out
 
 
-def _all_starts(rest: pl.DataFrame, ctx: FileContext, lines: pl.Series, fi: np.ndarray, line_of: np.ndarray,
-                ts: np.ndarray, msg_at: np.ndarray, end_at: np.ndarray, ranks: pl.Series) -> pl.DataFrame:
-    """The records of the whole chunk in file order (line, ts_dt, msg, ranks) for ``chunk_facts``: the
-    general parser's and the bulk lines'.  Messages are cut only where the release traits are looked
-    for: the first 20000 records, and not once the file is known to be of the newest release."""
-    want = 0 if ctx.release == RELEASE_ORDER[0] else min(len(fi), 20000)
-    head = fi[:want]
-    msgs = _strings(lines.gather(head), msg_at[head], end_at[head])
-    bulk = pl.DataFrame({
-        "line": line_of[fi], "ts_dt": pl.Series(ts[fi]).cast(pl.Datetime("us")),
-        "msg": pl.concat([msgs, pl.repeat(None, len(fi) - want, dtype=pl.String, eager=True)]),
-        # as the prefix printed them: ' TP0' (the grammar's items each start with a blank)
-        "ranks": pl.DataFrame({"r": ranks}).select(
-            pl.when(pl.col("r") != "").then(pl.lit(" ") + pl.col("r")).otherwise(pl.lit(""))).to_series(),
-    })
-    return pl.concat([rest.with_columns(pl.col("ts_dt").cast(pl.Datetime("us"))), bulk]).sort("line")
+class _Ranks:
+    """The rank text of each bulk line as dictionary indices (the scanner interns them; a chunk with too many
+    distinct ones is cut out line by line and encoded here)."""
+
+    def __init__(self, raw: bytes, lines: pl.Series, fi: np.ndarray, starts: np.ndarray, rank: np.ndarray,
+                 rid: np.ndarray, uranks: np.ndarray) -> None:
+        ids = rid[fi]
+        if len(fi) and (ids < 0).any():
+            enc = pa.array(_strings(lines.gather(fi), rank[fi, 0] - starts[fi], rank[fi, 1] - starts[fi])
+                           .to_arrow()).cast(pa.string()).dictionary_encode()
+            self.ids, self.names = enc.indices.to_numpy(), enc.dictionary.to_pylist()
+        else:
+            self.ids, self.names = ids, [raw[a:b].decode() for a, b in uranks]
+
+    def column(self, rows: np.ndarray) -> pa.DictionaryArray:
+        """The rank of the bulk lines ``rows`` (indices into the bulk lines)."""
+        return pa.DictionaryArray.from_arrays(pa.array(self.ids[rows], pa.int32()),
+                                              pa.array(self.names, pa.string()))
+
+
+def _constant(value: str, n: int) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
+
+
+def _in_line_order(general: Any, rows: pa.Table) -> pa.Table:
+    """The bulk rows with the general parser's rows of the same table (few: lines next to other records),
+    in line order; its text columns encoded as the bulk rows' are."""
+    if not isinstance(general, pl.DataFrame) or not general.height:
+        return rows
+    them = general.to_arrow().select(rows.column_names).cast(rows.schema)
+    both = pa.concat_tables([them, rows])
+    return both.take(pc.sort_indices(both.column("line"))).combine_chunks()
+
+
+class _Bulk:
+    """The rows of the bulk lines the general parser does not see (``fi``: their line indices; ``is_batch``
+    over every line)."""
+
+    def __init__(self, ctx: FileContext, lines: pl.Series, fi: np.ndarray, is_batch: np.ndarray,
+                 line_of: np.ndarray, ts: np.ndarray, starts: np.ndarray, spans: np.ndarray, ranks: _Ranks) -> None:
+        self.ctx, self.lines, self.fi, self.line_of, self.ts, self.starts, self.spans, self.ranks = \
+            ctx, lines, fi, line_of, ts, starts, spans, ranks
+        which = is_batch[fi]
+        self.batch_at, self.access_at = np.flatnonzero(which), np.flatnonzero(~which)   # into fi
+        self.fb, self.fa = fi[which], fi[~which]
+
+    def _head(self, rows: np.ndarray, file_col: str) -> dict[str, pa.Array]:
+        n = len(rows)
+        return {"engine": _constant(self.ctx.engine, n), file_col: _constant(self.ctx.path, n),
+                "line": pa.array(self.line_of[rows]), "ts": pa.array(self.ts[rows]).cast(pa.timestamp("us"))}
+
+    def batches(self, ival: np.ndarray, ist: np.ndarray, fval: np.ndarray, fst: np.ndarray, graph: np.ndarray,
+                flags: np.ndarray) -> pa.Table | None:
+        """``batches`` rows, typed by the scanner."""
+        from .sglang_scan import FLOAT_COLS, INT_COLS, NINT
+
+        fb = self.fb
+        if not len(fb):
+            return None
+        cols = self._head(fb, "path")
+        cols["rank"] = self.ranks.column(self.batch_at)
+        cols["batch_kind"] = pa.DictionaryArray.from_arrays(pa.array((flags[fb, 0] != 1).astype(np.int32)),
+                                                            pa.array(["Prefill", "Decode"], pa.string()))
+        cols["forward_iter"] = _masked(ival[fb, 0], ist[fb, 0])
+        for k, c in enumerate(INT_COLS):
+            cols[c] = _masked(ival[fb, 1 + k], ist[fb, 1 + k])
+        for k, c in enumerate(FLOAT_COLS):
+            cols[c] = _masked(fval[fb, k], fst[fb, k])
+        cols["graph"] = pa.array(graph[fb] == 1, mask=graph[fb] < 0)
+        # PD lines (few): the sum of the counters read (none read: 0, as polars' sum_horizontal)
+        pd_line = flags[fb, 1] == 1
+        pending = np.zeros(len(fb), np.int64)
+        if pd_line.any():
+            pdr = fb[pd_line]
+            pending[pd_line] = np.where(ist[pdr, 1 + NINT:] == 1, ival[pdr, 1 + NINT:], 0).sum(axis=1)
+        cols["pending_req"] = pa.array(pending, mask=~pd_line)
+        return pa.table(cols)
+
+    def access(self) -> pa.Table | None:
+        """``http_requests`` rows: the fields at the spans the scanner found."""
+        fa = self.fa
+        if not len(fa):
+            return None
+        cols = self._head(fa, "file")
+        sp = self.spans[fa]
+        base = self.starts[fa]
+        t = self.lines.gather(fa)
+        for name, k in (("client", 0), ("method", 2), ("path", 4)):
+            cols[name] = _strings(t, sp[:, k] - base, sp[:, k + 1] - base).to_arrow().cast(pa.string())
+        cols["status"] = pa.array(sp[:, 6].astype(np.int32))
+        return pa.table(cols)
+
+
+def _release_records(ctx: FileContext, fi: np.ndarray) -> int:
+    """How many bulk lines' messages the release traits are looked for in: the first 20000 records, and
+    none once the file is known to be of the newest release."""
+    return 0 if ctx.release == RELEASE_ORDER[0] else min(len(fi), 20000)
+
+
+def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, bulk: _Bulk, msgs: pl.Series) -> None:
+    """``chunk_facts`` over the records of the whole chunk in file order: the general parser's (``rest``:
+    line, ts_dt, msg, ranks) and the bulk lines' (times and lines from the scanner's arrays, ranks from their
+    few distinct texts, messages only where the release traits are looked for)."""
+    fi = bulk.fi
+    head = fi[:len(msgs)]
+    # the release: from the messages of the first records, and from the ranks' order (PP before TP)
+    names = pl.Series([" " + r if r else "" for r in bulk.ranks.names], dtype=pl.String)
+    release_rows = pl.concat([
+        rest.select("line", "msg", "ranks"),
+        pl.DataFrame({"line": bulk.line_of[head], "msg": msgs, "ranks": pl.repeat(None, len(head), dtype=pl.String,
+                                                                                  eager=True)}),
+        pl.DataFrame({"line": pl.repeat(None, len(names), dtype=pl.Int64, eager=True), "msg":
+                      pl.repeat(None, len(names), dtype=pl.String, eager=True), "ranks": names}),
+    ]).sort("line", nulls_last=True)
+    out_release = Parsed()
+    chunk_facts(release_rows.with_columns(pl.lit(None, dtype=pl.Datetime("us")).alias("ts_dt")), ctx, out_release)
+    out.release = out_release.release
+    # the times: the last one, and the clock's steps backwards, over every dated record in line order
+    dated = rest.select("line", pl.col("ts_dt").cast(pl.Datetime("us"))).drop_nulls()
+    lines = np.concatenate([dated.get_column("line").to_numpy(), bulk.line_of[fi]])
+    stamps = np.concatenate([dated.get_column("ts_dt").cast(pl.Int64).to_numpy(), bulk.ts[fi]])
+    if not len(lines):
+        return
+    order = np.argsort(lines, kind="stable")
+    _times(lines[order], stamps[order], ctx, out)
+
+
+def _times(lines: np.ndarray, stamps: np.ndarray, ctx: FileContext, out: Parsed) -> None:
+    """``chunk_facts``' last time and ``_count_backwards`` on numpy arrays (microseconds since 1970)."""
+    from datetime import datetime, timedelta
+
+    def at(us: int) -> datetime:
+        return datetime(1970, 1, 1) + timedelta(microseconds=int(us))
+
+    ctx.last_ts = at(stamps.max())
+    prev = np.empty_like(stamps)
+    prev[1:] = stamps[:-1]
+    have_prev = np.ones(len(stamps), np.bool_)
+    if ctx.prev_ts is not None:
+        prev[0] = int((ctx.prev_ts - datetime(1970, 1, 1)) / timedelta(microseconds=1))
+    else:
+        have_prev[0] = False
+    step = prev - stamps
+    back_ms = np.where(step >= 0, step // 1000, -(-step // 1000))       # whole milliseconds, as polars
+    steps = np.flatnonzero(have_prev & (back_ms > BACKWARDS_S * 1000))
+    ctx.prev_ts = at(stamps[-1])
+    if len(steps):
+        out.backwards = len(steps)
+        top = steps[np.argmax(back_ms[steps])]
+        out.largest_back = (back_ms[top] / 1000, int(lines[top]))
 
 
 def _record_time(out: Parsed, ctx: FileContext) -> None:
     """The dated record furthest down the chunk (access lines without a time of their own in the next chunk
     are dated by it), when the chunk has access lines (as ``_date_bare_access`` keeps it)."""
     access = out.tables.get("http_requests")
-    if not isinstance(access, pl.DataFrame) or not access.height:
+    if access is None or not len(access):
         return
-    frames = [f for f in (access, out.tables.get("batches"), out.tables.get("events"))
-              if isinstance(f, pl.DataFrame) and f.height]
+    frames = [f if isinstance(f, pl.DataFrame) else pl.from_arrow(f.select(["line", "ts"]))
+              for f in (access, out.tables.get("batches"), out.tables.get("events")) if f is not None and len(f)]
     last = [f.filter(pl.col("ts").is_not_null()).select(pl.col("line").max(), pl.col("ts").sort_by("line").last())
             .row(0) for f in frames]
     last = [r for r in last if r[0] is not None]
@@ -174,38 +307,3 @@ def _strings(texts: pl.Series, begin: np.ndarray, end: np.ndarray) -> pl.Series:
 
 def _masked(values: np.ndarray, status: np.ndarray) -> pa.Array:
     return pa.array(values, mask=status != 1)
-
-
-def _bulk_frames(ctx: FileContext, lines: pl.Series, fb: np.ndarray, fa: np.ndarray, ranks: pl.Series,
-                 line_of: np.ndarray, ts: np.ndarray, ival: np.ndarray, ist: np.ndarray, fval: np.ndarray,
-                 fst: np.ndarray, graph: np.ndarray, flags: np.ndarray, spans: np.ndarray) -> dict[str, pl.DataFrame]:
-    """``batches`` and ``http_requests`` rows of the bulk lines the general parser does not see."""
-    from .sglang_scan import FLOAT_COLS, INT_COLS, NINT
-
-    out: dict[str, pl.DataFrame] = {}
-    if len(fb):
-        pend, pst = ival[fb, 1 + NINT:], ist[fb, 1 + NINT:]
-        cols: dict[str, pa.Array] = {
-            "line": pa.array(line_of[fb]), "ts": pa.array(ts[fb]).cast(pa.timestamp("us")),
-            "forward_iter": _masked(ival[fb, 0], ist[fb, 0])}
-        for k, c in enumerate(INT_COLS):
-            cols[c] = _masked(ival[fb, 1 + k], ist[fb, 1 + k])
-        for k, c in enumerate(FLOAT_COLS):
-            cols[c] = _masked(fval[fb, k], fst[fb, k])
-        cols["graph"] = pa.array(graph[fb] == 1, mask=graph[fb] < 0)
-        # PD lines: the sum of the counters read (none read: 0, as polars' sum_horizontal)
-        cols["pending_req"] = pa.array(np.where(pst == 1, pend, 0).sum(axis=1), mask=flags[fb, 1] != 1)
-        out["batches"] = pl.from_arrow(pa.table(cols)).select(
-            pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), "line", "ts", ranks.alias("rank"),
-            pl.Series("batch_kind", np.where(flags[fb, 0] == 1, "Prefill", "Decode")).cast(pl.String),
-            "forward_iter", *INT_COLS, *FLOAT_COLS, "graph", "pending_req")
-    if len(fa):
-        t = lines.gather(fa)
-        sp = spans[fa]
-        out["http_requests"] = pl.DataFrame({
-            "engine": pl.repeat(ctx.engine, len(fa), eager=True), "file": pl.repeat(ctx.path, len(fa), eager=True),
-            "line": line_of[fa], "ts": pl.Series(ts[fa]).cast(pl.Datetime("us")),
-            "client": _strings(t, sp[:, 0], sp[:, 1]), "method": _strings(t, sp[:, 2], sp[:, 3]),
-            "path": _strings(t, sp[:, 4], sp[:, 5]), "status": pl.Series(sp[:, 6]).cast(pl.Int32),
-        })
-    return out

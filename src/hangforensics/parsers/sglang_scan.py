@@ -237,7 +237,7 @@ def _float(buf, a: int, b: int):
     return (-v if neg else v), 1
 
 
-@njit()
+@njit(nogil=True)
 def _batch(buf, ms: int, end: int, ival, ist, fval, fst, graph, flags, row: int) -> int:
     """Fields of the batch message at ``ms`` into row ``row`` (ival/ist: forward_iter, INT_COLS, PENDING_KEYS;
     fval/fst: FLOAT_COLS; status 1 read, 0 null, 2 for the general extraction; graph -1 null); returns
@@ -333,7 +333,7 @@ def _slot(buf, c: int, e: int) -> int:
     return -1
 
 
-@njit()
+@njit(nogil=True)
 def _access(buf, ms: int, end: int, spans, row: int) -> int:
     """The access regex on the message at ``ms`` (greedy path only; anything else is left to it)."""
     n = _word(buf, ms, end, _LEVELS)
@@ -378,12 +378,18 @@ def _access(buf, ms: int, end: int, spans, row: int) -> int:
     return ACCESS
 
 
-@njit()
+# At most this many distinct rank prefixes per chunk are interned (a log prints a handful: TP0, DP0 TP0, ...);
+# a chunk with more leaves its ranks to be cut out line by line.
+MAX_RANKS = 1024
+
+
+@njit(nogil=True)
 def scan(buf, starts, ends, brackets, ascii_all):
     """Per line [starts[i], ends[i]) of ``buf`` (the line ending excluded): kind, time (us) and stripped
     rank span of bulk lines, the typed fields of batch lines, the field spans of access lines, and where
     the message starts.  ``brackets``: the offsets of every '[' in ``buf``; ``ascii_all``: ``buf`` is
-    ASCII (no line needs its own test)."""
+    ASCII (no line needs its own test).  The rank spans of bulk lines are also interned: ``rid`` numbers
+    each line's rank text in ``uranks`` (spans of its first occurrence; -1 on every line: too many)."""
     n = len(starts)
     kind = np.zeros(n, np.int8)
     ts = np.zeros(n, np.int64)
@@ -396,17 +402,50 @@ def scan(buf, starts, ends, brackets, ascii_all):
     flags = np.zeros((n, 2), np.int8)          # Prefill, PD line
     spans = np.zeros((n, 7), np.int64)         # client, method, path (start, end), status
     mstart = np.zeros(n, np.int64)
+    rid = np.full(n, -1, np.int32)
+    uranks = np.zeros((MAX_RANKS, 2), np.int64)
+    nu = 0
+    last = -1
     b = 0
     for row in range(n):
         s, e = starts[row], ends[row]
         while b < len(brackets) and brackets[b] <= s:
             b += 1
         if _plain(buf, s, e, brackets, b, ascii_all):
-            kind[row] = _line(buf, s, e, row, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart)
-    return kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart
+            k = _line(buf, s, e, row, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart)
+            kind[row] = k
+            if (k == BATCH or k == ACCESS) and nu >= 0:  # noqa: SIM109 (numba: plain comparisons)
+                ra, rb = rank[row, 0], rank[row, 1]
+                if last >= 0 and _same(buf, ra, rb, uranks[last, 0], uranks[last, 1]):
+                    rid[row] = last
+                    continue
+                j = 0
+                while j < nu and not _same(buf, ra, rb, uranks[j, 0], uranks[j, 1]):
+                    j += 1
+                if j == nu:
+                    if nu == MAX_RANKS:
+                        nu = -1
+                        continue
+                    uranks[nu, 0], uranks[nu, 1] = ra, rb
+                    nu += 1
+                rid[row] = last = j
+    if nu < 0:
+        rid[:] = -1
+        nu = 0
+    return kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart, rid, uranks[:nu].copy()
 
 
-@njit()
+@njit(inline="always")
+def _same(buf, a: int, b: int, c: int, d: int) -> bool:
+    if b - a != d - c:
+        return False
+    for k in range(b - a):  # noqa: SIM110 (numba compiles no generator)
+        if buf[a + k] != buf[c + k]:
+            return False
+    return True
+
+
+@njit(nogil=True)
 def _plain(buf, s: int, e: int, brackets, b: int, ascii_all: bool) -> bool:
     """An ASCII line with no other record's stamp '[YYYY-MM-DD HH:MM:SS' after its first character
     (``brackets[b:]``: the '[' after its start)."""
@@ -421,7 +460,7 @@ def _plain(buf, s: int, e: int, brackets, b: int, ascii_all: bool) -> bool:
     return True
 
 
-@njit()
+@njit(nogil=True)
 def _line(buf, s: int, e: int, row: int, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart) -> int:
     if e - s < 22 or buf[s] != 91 or not _stamp(buf, s + 1, e) or (buf[s + 20] != 93 and buf[s + 20] != 32):
         return REST

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..store import Store
+if TYPE_CHECKING:
+    from ..store import Store
 from . import pyspy
 
 

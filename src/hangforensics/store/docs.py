@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from .database import Store
 from .schema import CLOCKED, SCHEMA_VERSION, TABLES, physical
 from .views import VIEWS
 
@@ -230,6 +229,8 @@ def schema_markdown() -> str:
         out += [heading, "", VIEW_NOTES[name], ""] + _column_table(name, table_columns(name))
     out += ["## Convenience views", "",
             "Views over the tables above for questions asked often.", ""]
+    from .database import Store
+
     with Store(":memory:") as st:  # the views' column types, as DuckDB derives them
         for name, body in VIEWS.items():
             types = {r["column_name"]: r["column_type"] for r in st.query(f"DESCRIBE {name}")}

@@ -1,0 +1,70 @@
+"""What a parser process runs: warming up, and parsing one file or byte range into Arrow IPC spill files.
+
+Kept apart from ``parallel`` (the parent's side) so that a spawned worker imports only what parsing
+needs: not DuckDB, the store or the planner (measured: 0.3 s less start-up per worker)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import InputError
+from .jobs import CHECKPOINT, FileJob, FileOutcome, with_result
+from .parse import parse_file
+
+SPLIT_MIN_BYTES = 128 * 1024 * 1024
+
+
+def warm_up() -> None:
+    """Worker: load what parsing a large log needs (polars, pyarrow, the compiled scanner and its code),
+    started before the parent splits the log into ranges, so that both overlap."""
+    import polars  # noqa: F401
+    import pyarrow  # noqa: F401
+
+    from ..parsers.sglang_fast import scan_min_bytes, scanner, warm_scanner
+    if scan_min_bytes() <= SPLIT_MIN_BYTES and scanner() is not None:
+        warm_scanner()
+
+
+def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], FileOutcome]:
+    """Worker: parse one file, spill each batch to an Arrow IPC file; errors travel back in the outcome."""
+    import polars as pl
+    import pyarrow as pa
+
+    manifest: list[tuple[str, str]] = []
+    result: list[FileOutcome] = []
+    try:
+        for table, rows in with_result(parse_file(job), result):
+            if table == CHECKPOINT:
+                manifest.append((table, json.dumps([rows.lines, rows.unparsed, rows.read_bytes])))
+                continue
+            if not isinstance(rows, pa.Table):         # the scanner's tables are Arrow already
+                rows = (rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)) \
+                    .to_arrow()
+            path = f"{prefix}-{len(manifest)}-{table}.arrow"
+            # uncompressed: the loader maps the file instead of decompressing it (its CPU is the bottleneck)
+            arrow = _dictionary_encoded(rows)
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, arrow.schema) as writer:
+                writer.write_table(arrow)
+            manifest.append((table, path))
+    except InputError as e:
+        return [], FileOutcome(status=f"error: {e}")
+    return manifest, result[0] or FileOutcome()
+
+
+# Repeated text columns (a file's engine and path on every row, a batch's kind and rank) spilled as Arrow
+# dictionaries: DuckDB inserts them into VARCHAR columns for less CPU (measured: the loader's CPU -20 %
+# on a batch-heavy log) and the spill is smaller.
+DICTIONARY_COLUMNS = ("engine", "path", "file", "batch_kind", "rank", "kind")
+
+
+def _dictionary_encoded(t: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = t.combine_chunks()
+    for name in DICTIONARY_COLUMNS:
+        if name in t.column_names and t.num_rows and t.schema.field(name).type in (pa.string(), pa.large_string()):
+            col = pc.dictionary_encode(t.column(name))
+            t = t.set_column(t.column_names.index(name), pa.field(name, col.type), col)
+    return t
