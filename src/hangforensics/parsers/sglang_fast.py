@@ -74,6 +74,7 @@ def warm_scanner() -> None:
     try:
         sc.scan(buf, np.zeros(1, np.int64), np.array([len(raw) - 1], np.int64), np.flatnonzero(buf == 91),
                 raw.isascii())
+        sc.gather(buf, np.zeros(1, np.int64), np.ones(1, np.int64))
     except Exception as e:                  # noqa: BLE001 (as in parse_plain_chunk: the general parser then)
         _disable(e)
 
@@ -90,10 +91,6 @@ def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
     starts = np.r_[0, nl + 1][:n].astype(np.int64)
     ends = np.r_[nl, len(buf)][:n].astype(np.int64)
     ends -= (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13)          # CRLF
-    # every line as a string view over the bytes, its line ending included (sliced where used)
-    lines = pl.from_arrow(pa.LargeStringArray.from_buffers(n, pa.py_buffer(np.r_[starts, len(buf)]),
-                                                           pa.py_buffer(raw)))
-    assert isinstance(lines, pl.Series)
     sc = scanner()
     try:
         if sc is None:
@@ -103,7 +100,11 @@ def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
     except Exception as e:                  # noqa: BLE001 (compiling or caching failed: the general parser)
         if sc is not None:
             _disable(e)
+        lines = pl.from_arrow(pa.LargeStringArray.from_buffers(n, pa.py_buffer(np.r_[starts, len(buf)]),
+                                                               pa.py_buffer(raw)))
+        assert isinstance(lines, pl.Series)
         return parse_chunk(lines.str.strip_suffix("\n").str.strip_suffix("\r"), first_line, ctx)
+    text = _Text(sc, buf)
     bulk = (kind == sc.BATCH) | (kind == sc.ACCESS)
     other = ~bulk
     near = np.zeros(n, np.bool_)
@@ -113,38 +114,53 @@ def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
     fast = bulk & ~near
     keep = np.flatnonzero(~fast)
     line_of = np.arange(first_line, first_line + n, dtype=np.int64)
-    text = lines.gather(keep).str.strip_suffix("\n").str.strip_suffix("\r")
-    out = parse_chunk(text, first_line, ctx, line_numbers=line_of[keep].tolist(), whole=False)
+    out = parse_chunk(text.series(starts[keep], ends[keep]), first_line, ctx, line_numbers=line_of[keep].tolist(),
+                      whole=False)
     fi = np.flatnonzero(fast)
-    ranks = _Ranks(raw, lines, fi, starts, rank, rid, uranks)
-    bulk_rows = _Bulk(ctx, lines, fi, kind == sc.BATCH, line_of, ts, starts, spans, ranks)
+    ranks = _Ranks(text, fi, rank, rid, uranks)
+    bulk_rows = _Bulk(ctx, text, fi, kind == sc.BATCH, line_of, ts, spans, ranks)
     for table, rows in (("batches", bulk_rows.batches(ival, ist, fval, fst, graph, flags)),
                         ("http_requests", bulk_rows.access())):
         if rows is not None:
             out.tables[table] = _in_line_order(out.tables.get(table), rows)
     assert out.starts is not None
     head = fi[:_release_records(ctx, fi)]
-    _chunk_facts(out.starts, ctx, out, bulk_rows, _strings(lines.gather(head), (mstart - starts)[head],
-                                                           (ends - starts)[head]))
+    _chunk_facts(out.starts, ctx, out, bulk_rows, text.series(mstart[head], ends[head]))
     out.starts = None
     _record_time(out, ctx)
     out.lines = n
     return out
 
 
+class _Text:
+    """Text cut out of the chunk's bytes by the scanner's ``gather``: Arrow strings without a pass over the
+    lines nobody reads."""
+
+    def __init__(self, sc: Any, buf: np.ndarray) -> None:
+        self.sc, self.buf = sc, buf
+
+    def arrow(self, begin: np.ndarray, end: np.ndarray) -> pa.LargeStringArray:
+        offsets, data = self.sc.gather(self.buf, begin, end)
+        return pa.LargeStringArray.from_buffers(len(begin), pa.py_buffer(offsets), pa.py_buffer(data))
+
+    def series(self, begin: np.ndarray, end: np.ndarray) -> pl.Series:
+        s = pl.from_arrow(self.arrow(begin, end))
+        assert isinstance(s, pl.Series)
+        return s
+
+
 class _Ranks:
     """The rank text of each bulk line as dictionary indices (the scanner interns them; a chunk with too many
     distinct ones is cut out line by line and encoded here)."""
 
-    def __init__(self, raw: bytes, lines: pl.Series, fi: np.ndarray, starts: np.ndarray, rank: np.ndarray,
-                 rid: np.ndarray, uranks: np.ndarray) -> None:
+    def __init__(self, text: _Text, fi: np.ndarray, rank: np.ndarray, rid: np.ndarray, uranks: np.ndarray) -> None:
         ids = rid[fi]
         if len(fi) and (ids < 0).any():
-            enc = pa.array(_strings(lines.gather(fi), rank[fi, 0] - starts[fi], rank[fi, 1] - starts[fi])
-                           .to_arrow()).cast(pa.string()).dictionary_encode()
+            enc = text.arrow(rank[fi, 0], rank[fi, 1]).cast(pa.string()).dictionary_encode()
             self.ids, self.names = enc.indices.to_numpy(), enc.dictionary.to_pylist()
         else:
-            self.ids, self.names = ids, [raw[a:b].decode() for a, b in uranks]
+            self.ids = ids
+            self.names = text.arrow(uranks[:, 0].copy(), uranks[:, 1].copy()).to_pylist()
 
     def column(self, rows: np.ndarray) -> pa.DictionaryArray:
         """The rank of the bulk lines ``rows`` (indices into the bulk lines)."""
@@ -170,10 +186,10 @@ class _Bulk:
     """The rows of the bulk lines the general parser does not see (``fi``: their line indices; ``is_batch``
     over every line)."""
 
-    def __init__(self, ctx: FileContext, lines: pl.Series, fi: np.ndarray, is_batch: np.ndarray,
-                 line_of: np.ndarray, ts: np.ndarray, starts: np.ndarray, spans: np.ndarray, ranks: _Ranks) -> None:
-        self.ctx, self.lines, self.fi, self.line_of, self.ts, self.starts, self.spans, self.ranks = \
-            ctx, lines, fi, line_of, ts, starts, spans, ranks
+    def __init__(self, ctx: FileContext, text: _Text, fi: np.ndarray, is_batch: np.ndarray, line_of: np.ndarray,
+                 ts: np.ndarray, spans: np.ndarray, ranks: _Ranks) -> None:
+        self.ctx, self.text, self.fi, self.line_of, self.ts, self.spans, self.ranks = \
+            ctx, text, fi, line_of, ts, spans, ranks
         which = is_batch[fi]
         self.batch_at, self.access_at = np.flatnonzero(which), np.flatnonzero(~which)   # into fi
         self.fb, self.fa = fi[which], fi[~which]
@@ -217,10 +233,8 @@ class _Bulk:
             return None
         cols = self._head(fa, "file")
         sp = self.spans[fa]
-        base = self.starts[fa]
-        t = self.lines.gather(fa)
         for name, k in (("client", 0), ("method", 2), ("path", 4)):
-            cols[name] = _strings(t, sp[:, k] - base, sp[:, k + 1] - base).to_arrow().cast(pa.string())
+            cols[name] = self.text.arrow(sp[:, k].copy(), sp[:, k + 1].copy())
         cols["status"] = pa.array(sp[:, 6].astype(np.int32))
         return pa.table(cols)
 
@@ -297,12 +311,6 @@ def _record_time(out: Parsed, ctx: FileContext) -> None:
     last = [r for r in last if r[0] is not None]
     if last:
         ctx.record_ts = max(last)[1]
-
-
-def _strings(texts: pl.Series, begin: np.ndarray, end: np.ndarray) -> pl.Series:
-    """Substrings [begin, end) of ASCII lines (bulk lines are ASCII: bytes are characters)."""
-    return pl.DataFrame({"t": texts, "a": begin, "n": end - begin}).select(
-        pl.col("t").str.slice(pl.col("a"), pl.col("n"))).to_series()
 
 
 def _masked(values: np.ndarray, status: np.ndarray) -> pa.Array:

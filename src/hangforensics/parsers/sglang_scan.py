@@ -484,3 +484,19 @@ def _line(buf, s: int, e: int, row: int, ts, rank, ival, ist, fval, fst, graph, 
             a += 1
         rank[row, 0], rank[row, 1] = a, b
     return k
+
+
+@njit(nogil=True)
+def gather(buf, begin, end):
+    """The byte ranges [begin[i], end[i]) of ``buf`` packed one after another, with their offsets: an Arrow
+    large_string array's buffers (the text of the lines the general parser reads, the fields of the
+    bulk lines)."""
+    n = len(begin)
+    offsets = np.empty(n + 1, np.int64)
+    offsets[0] = 0
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + (end[i] - begin[i])
+    data = np.empty(offsets[n], np.uint8)
+    for i in range(n):
+        data[offsets[i]:offsets[i + 1]] = buf[begin[i]:end[i]]
+    return offsets, data
