@@ -7,7 +7,8 @@
     python bench/run.py --sizes 445 --runs 3 --executors local   # the issue's figure: 3 paired runs
 
 Ingest runs are paired with ``grep -c batch`` on the same file (page cache warm) and the medians reported,
-with the ratio's median; peak RSS is given for the whole tree and for its largest process.
+with the ratio's median; peak memory is given for the whole tree (the sum of RSS, which counts the pages of
+shared libraries once per process, and the sum of PSS, which counts them once) and for its largest process.
 
 Each measured command runs in its own process; peak RSS is the sum over it and its worker
 processes, sampled every 50 ms (and at least what wait4() reports).  Data is generated
@@ -32,15 +33,18 @@ DATA = HERE / "data"
 HF = [sys.executable, "-m", "hangforensics"]
 
 
-def _tree_rss_kb(pid: int) -> tuple[int, int]:
+def _tree_rss_kb(pid: int, pss: bool = False) -> tuple[int, int]:
     """Resident memory of a process and its descendants (parser workers run beside the main process): the
-    total and the largest single process."""
+    total and the largest single process.  ``pss``: proportional set sizes instead (a page shared by n
+    processes, such as the pages of polars' or numba's libraries, counts 1/n in each: their sum is the
+    memory the processes hold together; reading them costs the kernel more, so it is sampled less often)."""
     total, largest, todo = 0, 0, [pid]
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/status") as f:
-                rss = next((int(x.split()[1]) for x in f if x.startswith("VmRSS:")), 0)
+            with open(f"/proc/{p}/smaps_rollup" if pss else f"/proc/{p}/status") as f:
+                key = "Pss:" if pss else "VmRSS:"
+                rss = next((int(x.split()[1]) for x in f if x.startswith(key)), 0)
             total += rss
             largest = max(largest, rss)
             for task in os.listdir(f"/proc/{p}/task"):
@@ -51,7 +55,7 @@ def _tree_rss_kb(pid: int) -> tuple[int, int]:
     return total, largest
 
 
-LAST: dict[str, float] = {}     # the last measure()'s largest-process peak (MB) and CPU seconds
+LAST: dict[str, float] = {}     # the last measure()'s largest-process peak, tree PSS peak (MB) and CPU seconds
 
 
 def measure(cmd: list[str]) -> tuple[float, float]:
@@ -60,13 +64,17 @@ def measure(cmd: list[str]) -> tuple[float, float]:
     t = time.perf_counter()
     # stdout to a pipe, not /dev/null: GNU grep stops at the first match when it writes to /dev/null
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak = [0, 0]
+    peak = [0, 0, 0]
     stop = threading.Event()
 
     def sample() -> None:
+        k = 0
         while not stop.is_set():
             total, largest = _tree_rss_kb(proc.pid)
             peak[0], peak[1] = max(peak[0], total), max(peak[1], largest)
+            if k % 5 == 0:
+                peak[2] = max(peak[2], _tree_rss_kb(proc.pid, pss=True)[0])
+            k += 1
             stop.wait(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -80,6 +88,7 @@ def measure(cmd: list[str]) -> tuple[float, float]:
     if os.waitstatus_to_exitcode(status) not in (0, 1):
         raise SystemExit(f"benchmark command failed: {' '.join(cmd)}\n{err}")
     LAST["largest"] = max(peak[1], usage.ru_maxrss) / 1024
+    LAST["pss"] = peak[2] / 1024
     LAST["cpu"] = usage.ru_utime + usage.ru_stime         # with the workers it waited for
     return wall, max(peak[0], usage.ru_maxrss) / 1024
 
@@ -154,14 +163,14 @@ def main() -> None:
             for _ in range(a.runs if mb <= 1000 else 1):      # paired: grep, then ingest, on the same cache
                 g, _ = measure(["grep", "-c", "batch", str(log)])
                 t, rss = measure([*HF, "ingest", str(log), "--db", str(db)])
-                runs.append((g, t, rss, LAST["largest"], LAST["cpu"]))
+                runs.append((g, t, rss, LAST["largest"], LAST["cpu"], LAST["pss"]))
                 db.unlink()
-            g, t, rss, largest, cpu = (statistics.median(r[k] for r in runs) for k in range(5))
+            g, t, rss, largest, cpu, pss = (statistics.median(r[k] for r in runs) for k in range(6))
             ratio = statistics.median(r[1] / r[0] for r in runs)
             rows.append((f"ingest {real_mb:.0f} MB log", t, rss,
                          f"{real_mb / t:.1f} MB/s; grep -c batch {g:.2f} s ({ratio:.1f}x grep, median of "
                          f"{len(runs)} paired: {', '.join(f'{r[1] / r[0]:.1f}' for r in runs)}); "
-                         f"largest process {largest:.0f} MB; CPU {cpu:.1f} s"))
+                         f"largest process {largest:.0f} MB; all processes {pss:.0f} MB PSS; CPU {cpu:.1f} s"))
         fleet = ensure_fleet(a.engines, a.mb_per_engine)
         fleet_mb = sum(p.stat().st_size for p in fleet.rglob("*") if p.is_file()) / 1e6
         for mode in a.executors.split(","):

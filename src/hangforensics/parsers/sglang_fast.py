@@ -116,16 +116,18 @@ def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
     line_of = np.arange(first_line, first_line + n, dtype=np.int64)
     out = parse_chunk(text.series(starts[keep], ends[keep]), first_line, ctx, line_numbers=line_of[keep].tolist(),
                       whole=False)
-    fi = np.flatnonzero(fast)
-    ranks = _Ranks(text, fi, rank, rid, uranks)
-    bulk_rows = _Bulk(ctx, text, fi, kind == sc.BATCH, line_of, ts, spans, ranks)
+    # the rows of every bulk line come from the scanner: the general parser's of those it saw are dropped
+    bi = np.flatnonzero(bulk)
+    bulk_rows = _Bulk(ctx, text, bi, kind == sc.BATCH, line_of, ts, spans, _Ranks(text, bi, rank, rid, uranks))
+    seen = pl.Series(line_of[bulk & near])
     for table, rows in (("batches", bulk_rows.batches(ival, ist, fval, fst, graph, flags)),
                         ("http_requests", bulk_rows.access())):
         if rows is not None:
-            out.tables[table] = _in_line_order(out.tables.get(table), rows)
+            out.tables[table] = _in_line_order(out.tables.get(table), seen, rows)
     assert out.starts is not None
+    fi = np.flatnonzero(fast)
     head = fi[:_release_records(ctx, fi)]
-    _chunk_facts(out.starts, ctx, out, bulk_rows, text.series(mstart[head], ends[head]))
+    _chunk_facts(out.starts, ctx, out, fi, bulk_rows, text.series(mstart[head], ends[head]))
     out.starts = None
     _record_time(out, ctx)
     out.lines = n
@@ -172,9 +174,11 @@ def _constant(value: str, n: int) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
 
 
-def _in_line_order(general: Any, rows: pa.Table) -> pa.Table:
-    """The bulk rows with the general parser's rows of the same table (few: lines next to other records),
-    in line order; its text columns encoded as the bulk rows' are."""
+def _in_line_order(general: Any, seen: pl.Series, rows: pa.Table) -> pa.Table:
+    """The bulk rows with the general parser's rows of the same table but of lines ``seen`` by both (few:
+    lines the scanner cannot type), in line order, their text columns encoded as the bulk rows' are."""
+    if isinstance(general, pl.DataFrame) and general.height:
+        general = general.filter(~pl.col("line").is_in(seen.implode()))
     if not isinstance(general, pl.DataFrame) or not general.height:
         return rows
     them = general.to_arrow().select(rows.column_names).cast(rows.schema)
@@ -183,8 +187,7 @@ def _in_line_order(general: Any, rows: pa.Table) -> pa.Table:
 
 
 class _Bulk:
-    """The rows of the bulk lines the general parser does not see (``fi``: their line indices; ``is_batch``
-    over every line)."""
+    """The rows of the bulk lines (``fi``: their line indices; ``is_batch`` over every line)."""
 
     def __init__(self, ctx: FileContext, text: _Text, fi: np.ndarray, is_batch: np.ndarray, line_of: np.ndarray,
                  ts: np.ndarray, spans: np.ndarray, ranks: _Ranks) -> None:
@@ -245,11 +248,11 @@ def _release_records(ctx: FileContext, fi: np.ndarray) -> int:
     return 0 if ctx.release == RELEASE_ORDER[0] else min(len(fi), 20000)
 
 
-def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, bulk: _Bulk, msgs: pl.Series) -> None:
+def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, fi: np.ndarray, bulk: _Bulk,
+                 msgs: pl.Series) -> None:
     """``chunk_facts`` over the records of the whole chunk in file order: the general parser's (``rest``:
-    line, ts_dt, msg, ranks) and the bulk lines' (times and lines from the scanner's arrays, ranks from their
-    few distinct texts, messages only where the release traits are looked for)."""
-    fi = bulk.fi
+    line, ts_dt, msg, ranks) and the bulk lines it did not see (``fi``: times and lines from the scanner's
+    arrays, ranks from their few distinct texts, messages only where the release traits are looked for)."""
     head = fi[:len(msgs)]
     # the release: from the messages of the first records, and from the ranks' order (PP before TP)
     names = pl.Series([" " + r if r else "" for r in bulk.ranks.names], dtype=pl.String)
