@@ -134,3 +134,38 @@ def test_scanner_off_without_a_numba_cache(tmp_path) -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["500", str(sum(range(500)))]
     assert "compiled log scanner is off" in run.stderr
+
+
+@pytest.mark.parametrize("distinct", [4, 1100])
+def test_scanner_ranks_equal_the_general_parser(tmp_path, monkeypatch: pytest.MonkeyPatch, distinct: int) -> None:
+    """The scanner interns each chunk's rank prefixes (up to ``MAX_RANKS``; past that they are cut out line by
+    line): either way every batch and access row carries the rank text the general parser reads."""
+    from hangforensics import api
+    from hangforensics.parsers import sglang_scan
+    from hangforensics.store import Store
+
+    assert distinct < sglang_scan.MAX_RANKS or distinct > sglang_scan.MAX_RANKS + 50
+    log = tmp_path / "e" / "server.log"
+    log.parent.mkdir()
+    lines = []
+    for i in range(2400):
+        k = i % distinct
+        prefix = f"[2026-01-01 00:{i // 60 % 60:02d}:{i % 60:02d} DP{k // 8} TP{k % 8}]" if k else \
+            f"[2026-01-01 00:{i // 60 % 60:02d}:{i % 60:02d}]"
+        lines.append(f"{prefix} Decode batch, #running-req: {i}, #token: 8, token usage: 0.01, "
+                     f"gen throughput (token/s): 1.5, #queue-req: 0\n" if i % 3 else
+                     f'{prefix} INFO:     10.0.0.{k % 250}:5{k % 10}00 - "POST /generate HTTP/1.1" 200 OK\n')
+    log.write_text("".join(lines))
+    rows = {}
+    for scan_min in ("0", str(1 << 40)):
+        monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", scan_min)
+        db = tmp_path / f"{scan_min}.duckdb"
+        api.ingest([tmp_path / "e"], db)
+        with Store(db, read_only=True) as st:
+            rows[scan_min] = (st.query("SELECT line, rank, running_req FROM batches ORDER BY line"),
+                              st.query("SELECT line, client, method, path, status FROM http_requests ORDER BY line"))
+    fast, general = rows["0"], rows[str(1 << 40)]
+    assert fast == general
+    assert len(fast[0]) == 1600 and len(fast[1]) == 800
+    assert len({r["rank"] for r in fast[0]}) == min(distinct, 1100)
+    assert fast[0][0]["rank"] == "DP0 TP1" and fast[0][0]["line"] == 2
