@@ -76,6 +76,8 @@ def _matches(f: dict, want: dict) -> bool:
         return False
     if "ranks" in want and sorted(f["ranks"]) != sorted(want["ranks"]):
         return False
+    if "ts_end" in want and not (f.get("ts_end") or "").startswith(want["ts_end"]):
+        return False
     return not ("ts" in want and not (f["ts"] or "").startswith(want["ts"]))
 
 

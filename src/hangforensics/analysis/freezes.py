@@ -110,12 +110,18 @@ def _from_watchdogs(store: Store, seg: Segment, stall: dict | None) -> tuple[lis
              "stopped_at": (r["fired_at"] - timedelta(seconds=r["timeout"])) if r["timeout"] else None,
              "source": "watchdog", "path": r["path"], "line": r["line"]} for r in fired]
     if spread <= TOGETHER_S:
-        for r in rows:                 # stuck together since the group's last progress (or the inferred onset)
-            r["stopped_at"] = onset
+        # stuck together since the group's last progress, read: every rank stopped then; inferred, each rank
+        # stopped its own timeout before its watchdog fired (the first of them is the onset)
+        end = onset
+        for r in rows:
+            if basis == "read" or r["stopped_at"] is None:
+                r["stopped_at"] = onset
+            elif onset is not None:
+                end = max(end, r["stopped_at"])
         since = (f"the group's last progress at {fmt(onset)}" if basis == "read" else
                  f"about {fmt(onset)} (fire time minus the {timeout:.0f} s watchdog timeout: inferred, no "
                  f"progress line is in the evidence)" if onset else "before the watchdog timeout")
-        return rows, Freeze(e, seg.index, "together", onset, onset, ranks, "watchdog",
+        return rows, Freeze(e, seg.index, "together", onset, end, ranks, "watchdog",
                             f"The scheduler watchdogs of {len(ranks)} ranks fired within {spread:.1f} s of each "
                             f"other ({fmt(first)} to {fmt(last)}), so every rank had been stuck since {since}: "
                             f"they froze together.", ev, basis)
