@@ -145,7 +145,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="hangforensics benchmark")
     ap.add_argument("--sizes", default="200,400", help="MB sizes of the single-log ingest runs")
     ap.add_argument("--big-mb", type=int, default=0, help="also ingest a log of this many MB (peak RSS check)")
-    ap.add_argument("--engines", type=int, default=300)
+    ap.add_argument("--engines", type=int, default=300, help="engines of the generated fleet (0: no fleet runs)")
     ap.add_argument("--mb-per-engine", type=float, default=1.0)
     ap.add_argument("--executors", default="local,ray", help="scan the fleet with each of these executors")
     ap.add_argument("--runs", type=int, default=3, help="paired grep / ingest runs per size (medians reported)")
@@ -171,21 +171,22 @@ def main() -> None:
                          f"{real_mb / t:.1f} MB/s; grep -c batch {g:.2f} s ({ratio:.1f}x grep, median of "
                          f"{len(runs)} paired: {', '.join(f'{r[1] / r[0]:.1f}' for r in runs)}); "
                          f"largest process {largest:.0f} MB; all processes {pss:.0f} MB PSS; CPU {cpu:.1f} s"))
-        fleet = ensure_fleet(a.engines, a.mb_per_engine)
-        fleet_mb = sum(p.stat().st_size for p in fleet.rglob("*") if p.is_file()) / 1e6
-        for mode in a.executors.split(","):
-            rows += fleet_scans(fleet, fleet_mb, a.engines, mode, tmp)
-        db, out = tmp / f"fleet-{a.executors.split(',')[0]}.duckdb", tmp / f"out-{a.executors.split(',')[0]}"
-        n_inc = len(list((out / "incidents").glob("*.html")))
-        code = ("import sys,time;from hangforensics.store import Store;from hangforensics.report.html import render_incident;"
-                f"st=Store({str(db)!r});inc=st.query('SELECT * FROM incidents');t=time.perf_counter();"
-                "[render_incident(st,i) for i in inc];print((time.perf_counter()-t)/max(len(inc),1))")
-        per = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-        rows.append((f"render one incident report ({n_inc} incidents)", per, 0.0, "mean per incident"))
+        if a.engines > 0:           # --engines 0: the single-log runs only
+            fleet = ensure_fleet(a.engines, a.mb_per_engine)
+            fleet_mb = sum(p.stat().st_size for p in fleet.rglob("*") if p.is_file()) / 1e6
+            for mode in a.executors.split(","):
+                rows += fleet_scans(fleet, fleet_mb, a.engines, mode, tmp)
+            db, out = tmp / f"fleet-{a.executors.split(',')[0]}.duckdb", tmp / f"out-{a.executors.split(',')[0]}"
+            n_inc = len(list((out / "incidents").glob("*.html")))
+            code = ("import sys,time;from hangforensics.store import Store;from hangforensics.report.html import render_incident;"
+                    f"st=Store({str(db)!r});inc=st.query('SELECT * FROM incidents');t=time.perf_counter();"
+                    "[render_incident(st,i) for i in inc];print((time.perf_counter()-t)/max(len(inc),1))")
+            per = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+            rows.append((f"render one incident report ({n_inc} incidents)", per, 0.0, "mean per incident"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nhangforensics benchmark on {os.cpu_count()} cores ({sys.version.split()[0]})\n")
-    print("| run | seconds | peak RSS (MB) | note |\n| --- | ---: | ---: | --- |")
+    print("| run | seconds | peak RSS of the tree (MB) | note |\n| --- | ---: | ---: | --- |")
     for name, secs, rss, note in rows:
         print(f"| {name} | {secs:.2f} | {rss:.0f} | {note} |")
 
