@@ -156,6 +156,8 @@ def test_watchdogs_within_a_second_across_a_clock_second_froze_together(tmp_path
     (frozen,) = f["all-ranks-frozen"]
     assert frozen["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
     assert frozen["ts_basis"] == "inferred" and frozen["ts"] == datetime(2026, 5, 1, 9, 59, 59, 900000)
+    # interface.md: ts = the first rank's stop, ts_end = the last's (each its timeout before its firing)
+    assert frozen["ts_end"] == datetime(2026, 5, 1, 10, 0, 0, 200000)
     (kill,) = f["watchdog-kill"]
     assert kill["count"] == 1 and kill["ranks"] == ["TP0", "TP1", "TP2", "TP3"]
     assert "first-rank-stopped" not in f and "collective-desync" not in f
@@ -185,6 +187,15 @@ def test_ranks_disagreeing_on_seqnum_in_one_group_is_a_desync_naming_the_minorit
     assert "SeqNum=5001" in desync["detail"] and "rank 0 is past SeqNum=5000" in desync["detail"]
     sigs = [s for s in f["known-signature"] if s["signature"] == "nccl-collective-timeout"]
     assert len(sigs) == 2                                 # once per collective: SeqNum 5000 and 5001
+
+
+def test_torch_timeouts_alone_name_the_stopped_ranks_of_the_stall(tmp_path: Path):
+    """No SGLang line, so no SGLang rank: the stall's ranks are the torch ranks whose collectives timed out."""
+    lines = torch_timeout(0, 10, 5000) + torch_timeout(2, 10.3, 5000) + torch_timeout(3, 10.1, 5000)
+    f = by_rule(analyze_folder(_torch_paste(tmp_path, "agree", lines)))
+    (stall,) = f["stall-onset"]
+    assert stall["ranks"] == ["rank0", "rank2", "rank3"]
+    assert stall["ts_basis"] == "inferred" and stall["ts"] == at(10) - timedelta(seconds=600.081)
 
 
 def test_timeouts_of_several_process_groups_are_never_compared(tmp_path: Path):

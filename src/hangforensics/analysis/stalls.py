@@ -200,7 +200,7 @@ def _inferred_stall(store: Store, seg: Segment, end: datetime | None) -> dict | 
         "silent_s": (end - onset).total_seconds() if end else None,
         "pending": f"{reason}; no progress line is in the evidence, so the onset is inferred: "
                    f"{fmt(r['ts'])} minus {float(secs):.0f} s",
-        "ranks": _ranks(store, seg), "path": r["path"], "line": r["line"],
+        "ranks": _ranks(store, seg) or _timed_out_ranks(store, seg), "path": r["path"], "line": r["line"],
         "evidence": [{"file": r["path"], "line": r["line"]}], "ts_basis": "inferred", "cadence_s": None,
         "running_req": None, "waiting_req": None, "kv_usage": None, "framework": "sglang",
     }
@@ -212,6 +212,16 @@ def _ranks(store: Store, seg: Segment) -> list[str]:
         f"""SELECT DISTINCT rank FROM batches WHERE engine = ? {w}
             UNION SELECT DISTINCT rank FROM events WHERE engine = ? {w} AND rank <> '' AND rank NOT LIKE 'rank%'
               AND kind NOT LIKE 'vllm%'""", [seg.engine, *p, seg.engine, *p])
+    return sorted({r["rank"] for r in rows if r["rank"]}, key=rank_key)
+
+
+def _timed_out_ranks(store: Store, seg: Segment) -> list[str]:
+    """Evidence with no SGLang rank prefix (torch's lines alone): the ranks whose collectives timed out, as
+    torch names them; each was stuck in one."""
+    w, p = seg.where()
+    rows = store.query(
+        f"""SELECT DISTINCT rank FROM events WHERE engine = ? {w} AND kind = 'torch_nccl' AND rank <> ''
+            AND json_extract_string(attrs, '$.event') = 'collective_timeout'""", [seg.engine, *p])
     return sorted({r["rank"] for r in rows if r["rank"]}, key=rank_key)
 
 
