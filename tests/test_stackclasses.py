@@ -29,6 +29,10 @@ def test_compact_rank_sets():
     assert compact_ranks(["TP0", "TP1", "TP2", "TP5"]) == "TP0-2,5"
     assert compact_ranks(["DP1 TP1 EP1", "DP0 TP0 EP0", "DP3 TP3 EP3"]) == "TP0-1,3"
     assert compact_ranks(["TP7"]) == "TP7"
+    assert compact_ranks(["rank1", "rank0", "rank3"]) == "rank0-1,3"
+    # torch ranks beside SGLang ones (a paste of both) and labels without a TP number are all kept
+    assert compact_ranks(["TP0", "TP2", "TP3", "rank6", "rank7"]) == "TP0,2-3, rank6-7"
+    assert compact_ranks(["DP0", "DP1"]) == "DP0, DP1"
 
 
 def test_collective_desync_classes_table(tmp_path: Path):

@@ -43,6 +43,22 @@ def test_torch_timeouts_from_half_the_ranks_ask_for_the_missing_ranks(tmp_path: 
     assert any("timeout lines of ranks 4, 5, 6, 7" in c for c in eng["capture_next"])
 
 
+def test_two_timed_out_collectives_say_their_signature_once_and_keep_every_rank_family(tmp_path: Path):
+    """Two known-signature findings (one per timed-out SeqNum) are one clause of the verdict and one sentence
+    of the report; torch ranks beside SGLang-labelled stacks all stay in the report's rank list."""
+    from test_judging import torch_timeout
+
+    (tmp_path / "two").mkdir()
+    lines = torch_timeout(0, 10, 5001) + torch_timeout(1, 10.2, 5000) + torch_timeout(2, 10.4, 5000)
+    (tmp_path / "two" / "stderr.txt").write_text("\n".join(lines) + "\n")
+    doc = _doc(tmp_path / "two", tmp_path)
+    assert len([f for f in doc["findings"] if f["rule"] == "known-signature"]) == 2
+    (eng,) = doc["engines"]
+    assert eng["verdict"].count("matches the known signature nccl-collective-timeout") == 1
+    html = (tmp_path / "two.html").read_text()
+    assert html.count("matches the known hang signature &#39;nccl-collective-timeout&#39;") == 1
+
+
 def test_a_watchdog_only_paste_shows_the_group_freeze_and_asks_for_stacks_and_the_log(tmp_path: Path, open_page):  # noqa: F811
     eng = tmp_path / "wd-only"
     eng.mkdir()

@@ -70,11 +70,19 @@ def leaf_name(fn: str) -> str:
 
 def compact_ranks(labels: list[str]) -> str:
     """['TP0','TP1','TP2','TP5'] -> 'TP0-2,5'; other tags (DP/EP) are summarised by their TP numbers;
-    torch's ['rank0', 'rank1'] -> 'rank0-1'."""
-    tag = "rank" if labels and all(rank_numbers(x).get("rank") is not None for x in labels) else "TP"
-    nums = sorted({rank_numbers(x).get(tag) for x in labels if rank_numbers(x).get(tag) is not None})
+    torch's ['rank0', 'rank1'] -> 'rank0-1'.  Mixed evidence keeps every family: 'TP0,2-5, rank6-7' (labels
+    with neither number as they are)."""
+    torch = {x for x in labels if rank_numbers(x).get("rank") is not None}
+    sglang = {x for x in labels if x not in torch and rank_numbers(x).get("TP") is not None}
+    parts = [_runs("TP", sglang), _runs("rank", torch)] + sorted(set(labels) - torch - sglang)
+    return ", ".join(p for p in parts if p)
+
+
+def _runs(tag: str, labels: set[str]) -> str:
+    """The ``tag`` numbers of ``labels`` as runs: 'TP0-2,5' ('' for none)."""
+    nums = sorted({rank_numbers(x)[tag] for x in labels})
     if not nums:
-        return ",".join(sorted(labels))
+        return ""
     parts, start, prev = [], nums[0], nums[0]
     for n in nums[1:] + [None]:
         if n is not None and n == prev + 1:

@@ -253,7 +253,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _sentence(parts: list[str]) -> str:
-    text = "; ".join(parts)
+    text = "; ".join(dict.fromkeys(parts))          # two findings of one kind say it once (two timed-out SeqNums)
     return text[0].upper() + text[1:] + "."
 
 

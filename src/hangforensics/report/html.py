@@ -185,7 +185,7 @@ def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[s
         out.append(f"A real memory leak: the idle-path check failed{on}{_at(f['ts'])}.")
     if not out:
         out.append(f"No hang found in {engine}'s evidence: it was busy, slow or idle, not stalled.")
-    return out
+    return list(dict.fromkeys(out))         # one sentence once, however many findings say it
 
 
 def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
