@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .sglang_log import BACKWARDS_S, FileContext, Parsed, chunk_facts, parse_chunk
+from .sglang_log import FileContext, Parsed, chunk_facts, parse_chunk
 from .sglang_patterns import RELEASE_ORDER
 
 # Below this many bytes a read uses the general parser alone: the scanner's start-up (numba, its compiled
@@ -191,10 +191,9 @@ class _Bulk:
 
     def __init__(self, ctx: FileContext, text: _Text, fi: np.ndarray, is_batch: np.ndarray, line_of: np.ndarray,
                  ts: np.ndarray, spans: np.ndarray, ranks: _Ranks) -> None:
-        self.ctx, self.text, self.fi, self.line_of, self.ts, self.spans, self.ranks = \
-            ctx, text, fi, line_of, ts, spans, ranks
+        self.ctx, self.text, self.line_of, self.ts, self.spans, self.ranks = ctx, text, line_of, ts, spans, ranks
         which = is_batch[fi]
-        self.batch_at, self.access_at = np.flatnonzero(which), np.flatnonzero(~which)   # into fi
+        self.batch_at = np.flatnonzero(which)           # the batch lines' places among the bulk lines
         self.fb, self.fa = fi[which], fi[~which]
 
     def _head(self, rows: np.ndarray, file_col: str) -> dict[str, pa.Array]:
@@ -252,53 +251,20 @@ def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, fi: np.ndarr
                  msgs: pl.Series) -> None:
     """``chunk_facts`` over the records of the whole chunk in file order: the general parser's (``rest``:
     line, ts_dt, msg, ranks) and the bulk lines it did not see (``fi``: times and lines from the scanner's
-    arrays, ranks from their few distinct texts, messages only where the release traits are looked for)."""
-    head = fi[:len(msgs)]
-    # the release: from the messages of the first records, and from the ranks' order (PP before TP)
-    names = pl.Series([" " + r if r else "" for r in bulk.ranks.names], dtype=pl.String)
-    release_rows = pl.concat([
-        rest.select("line", "msg", "ranks"),
-        pl.DataFrame({"line": bulk.line_of[head], "msg": msgs, "ranks": pl.repeat(None, len(head), dtype=pl.String,
-                                                                                  eager=True)}),
-        pl.DataFrame({"line": pl.repeat(None, len(names), dtype=pl.Int64, eager=True), "msg":
-                      pl.repeat(None, len(names), dtype=pl.String, eager=True), "ranks": names}),
+    arrays; messages only where the release traits are looked for; ranks as their few distinct texts, in
+    undated rows of their own: only whether one prints PP before TP counts)."""
+    names = [" " + r if r else "" for r in bulk.ranks.names]
+    records = pl.concat([
+        rest.select("line", pl.col("ts_dt").cast(pl.Datetime("us")), "msg", "ranks"),
+        pl.DataFrame({"line": bulk.line_of[fi], "ts_dt": pl.Series(bulk.ts[fi]).cast(pl.Datetime("us")),
+                      "msg": pl.concat([msgs, pl.repeat(None, len(fi) - len(msgs), dtype=pl.String, eager=True)]),
+                      "ranks": pl.repeat(None, len(fi), dtype=pl.String, eager=True)}),
+        pl.DataFrame({"line": pl.repeat(None, len(names), dtype=pl.Int64, eager=True),
+                      "ts_dt": pl.repeat(None, len(names), dtype=pl.Datetime("us"), eager=True),
+                      "msg": pl.repeat(None, len(names), dtype=pl.String, eager=True),
+                      "ranks": pl.Series(names, dtype=pl.String)}),
     ]).sort("line", nulls_last=True)
-    out_release = Parsed()
-    chunk_facts(release_rows.with_columns(pl.lit(None, dtype=pl.Datetime("us")).alias("ts_dt")), ctx, out_release)
-    out.release = out_release.release
-    # the times: the last one, and the clock's steps backwards, over every dated record in line order
-    dated = rest.select("line", pl.col("ts_dt").cast(pl.Datetime("us"))).drop_nulls()
-    lines = np.concatenate([dated.get_column("line").to_numpy(), bulk.line_of[fi]])
-    stamps = np.concatenate([dated.get_column("ts_dt").cast(pl.Int64).to_numpy(), bulk.ts[fi]])
-    if not len(lines):
-        return
-    order = np.argsort(lines, kind="stable")
-    _times(lines[order], stamps[order], ctx, out)
-
-
-def _times(lines: np.ndarray, stamps: np.ndarray, ctx: FileContext, out: Parsed) -> None:
-    """``chunk_facts``' last time and ``_count_backwards`` on numpy arrays (microseconds since 1970)."""
-    from datetime import datetime, timedelta
-
-    def at(us: int) -> datetime:
-        return datetime(1970, 1, 1) + timedelta(microseconds=int(us))
-
-    ctx.last_ts = at(stamps.max())
-    prev = np.empty_like(stamps)
-    prev[1:] = stamps[:-1]
-    have_prev = np.ones(len(stamps), np.bool_)
-    if ctx.prev_ts is not None:
-        prev[0] = int((ctx.prev_ts - datetime(1970, 1, 1)) / timedelta(microseconds=1))
-    else:
-        have_prev[0] = False
-    step = prev - stamps
-    back_ms = np.where(step >= 0, step // 1000, -(-step // 1000))       # whole milliseconds, as polars
-    steps = np.flatnonzero(have_prev & (back_ms > BACKWARDS_S * 1000))
-    ctx.prev_ts = at(stamps[-1])
-    if len(steps):
-        out.backwards = len(steps)
-        top = steps[np.argmax(back_ms[steps])]
-        out.largest_back = (back_ms[top] / 1000, int(lines[top]))
+    chunk_facts(records, ctx, out)
 
 
 def _record_time(out: Parsed, ctx: FileContext) -> None:
