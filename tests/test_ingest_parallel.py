@@ -46,3 +46,13 @@ def test_parallel_split_ingest_equals_serial(tmp_path: Path, monkeypatch):
         ingest.ingest_paths(st, [log.parent], jobs=2)
         assert st.con.execute(QUERY).fetchall() == serial
         assert st.scalar("SELECT status FROM sources") == "ok"
+
+
+def test_row_dicts_become_arrow_with_every_key_any_row_has():
+    """Loaded, spilled by a worker or staged for Ray, a batch of row dicts keeps a key its first row lacks."""
+    from hangforensics.ingest.jobs import batch_to_arrow
+
+    t = batch_to_arrow([{"line": 1, "text": "a"}, {"line": 2, "text": "b", "thread_name": "MainThread"}])
+    assert t.column_names == ["line", "text", "thread_name"]
+    assert t.column("thread_name").to_pylist() == [None, "MainThread"]
+    assert batch_to_arrow([]) is None

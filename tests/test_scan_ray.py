@@ -26,7 +26,7 @@ from hangforensics.fleet import staging as stg
 from hangforensics.fleet.ray_executor import RayExecutor
 from hangforensics.fleet.scan import scan
 from hangforensics.ingest import load, parallel
-from hangforensics.ingest.jobs import CHECKPOINT, FileJob, with_result
+from hangforensics.ingest.jobs import CHECKPOINT, FileJob, batch_to_arrow, with_result
 from hangforensics.ingest.parse import parse_file
 from hangforensics.store import Store
 
@@ -276,7 +276,7 @@ def test_staging_partitions_by_engine_and_day_and_replays_the_batches(form: str,
     assert any("/day=unknown/unparsed-" in f for f in files)
     # replayed: the very batches parse_file yields, in order, rows in order (a batch cut at midnight too)
     direct: list = []
-    want = [(t, stg.to_arrow(r) if t != CHECKPOINT else r) for t, r in with_result(parse_file(job), direct)]
+    want = [(t, batch_to_arrow(r) if t != CHECKPOINT else r) for t, r in with_result(parse_file(job), direct)]
     got_outcome: list = []
     got = list(with_result(stg.read_staged(fs, part), got_outcome))
     assert [t for t, _ in got] == [t for t, _ in want]

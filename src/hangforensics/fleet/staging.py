@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..errors import InputError
-from ..ingest.jobs import CHECKPOINT, FileJob, FileOutcome, with_result
+from ..ingest.jobs import CHECKPOINT, FileJob, FileOutcome, batch_to_arrow, with_result
 
 ROW = "__row"          # a batch cut into several days keeps its order through this column
 
@@ -87,7 +87,7 @@ def stage_file(fs: pafs.FileSystem, base: str, run: str, file_no: int, part_no: 
             if table == CHECKPOINT:
                 part.batches.append((CHECKPOINT, rows))
                 continue
-            arrow = to_arrow(rows)
+            arrow = batch_to_arrow(rows)
             if arrow is None:
                 continue
             paths = []
@@ -108,17 +108,6 @@ def stage_file(fs: pafs.FileSystem, base: str, run: str, file_no: int, part_no: 
                           files_written=part.files_written)
     part.outcome = result[0]
     return part
-
-
-def to_arrow(rows: Any) -> pa.Table | None:
-    """A batch as the Arrow table ``Store.append`` would insert (None: no row), converted the same way."""
-    if hasattr(rows, "to_arrow"):             # a polars DataFrame
-        rows = rows.to_arrow()
-    elif not isinstance(rows, pa.Table):
-        if not rows:
-            return None
-        rows = pa.Table.from_pylist(list(rows))
-    return rows if rows.num_rows else None
 
 
 def split_by_day(table: pa.Table) -> list[tuple[str, pa.Table]]:

@@ -61,3 +61,22 @@ CHECKPOINT = "__checkpoint__"
 def with_result(gen: Iterator[tuple[str, Any]], result: list) -> Iterator[tuple[str, Any]]:
     """Iterate a batch generator; its return value (the FileOutcome) is appended to ``result``."""
     result.append((yield from gen))
+
+
+def batch_to_arrow(rows: Any) -> Any:
+    """A parsed batch (a polars frame, an Arrow table or row dicts) as the Arrow table that is loaded or
+    spilled; None when it has no row.  Row dicts are read by every key any of them has (pyarrow's
+    ``from_pylist`` keeps the first row's keys only)."""
+    import pyarrow as pa
+
+    if isinstance(rows, pa.Table):
+        table = rows
+    elif hasattr(rows, "to_arrow"):             # a polars DataFrame
+        table = rows.to_arrow()
+    else:
+        rows = list(rows)
+        if not rows:
+            return None
+        keys = dict.fromkeys(k for r in rows for k in r)
+        table = pa.Table.from_pydict({k: [r.get(k) for r in rows] for k in keys})
+    return table if table.num_rows else None

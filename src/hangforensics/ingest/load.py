@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..readers.layout import EvidenceFile
 from ..store import LOADED_TABLES, Store, physical
 from .fragments import unjoin_engine
-from .jobs import CHECKPOINT, FileOutcome, with_result
+from .jobs import CHECKPOINT, FileOutcome, batch_to_arrow, with_result
 from .plan import Plan
 
 # A large log commits every COMMIT_BYTES (a killed ingest resumes from the last commit).  Not less: a
@@ -68,10 +68,9 @@ def load_file(store: Store, p: Plan, batches: Iterator[tuple[str, Any]]) -> File
 
 
 def _append(store: Store, table: str, rows: Any) -> None:
-    if hasattr(rows, "to_arrow"):             # a polars DataFrame
-        store.append(table, rows.to_arrow())
-    else:
-        store.append(table, rows)
+    arrow = batch_to_arrow(rows)
+    if arrow is not None:
+        store.append(table, arrow)
 
 
 def _finish_source(store: Store, p: Plan, outcome: FileOutcome, status: str | None = None) -> None:

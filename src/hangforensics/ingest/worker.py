@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from ..errors import InputError
-from .jobs import CHECKPOINT, FileJob, FileOutcome, with_result
+from .jobs import CHECKPOINT, FileJob, FileOutcome, batch_to_arrow, with_result
 from .parse import parse_file
 
 SPLIT_MIN_BYTES = 128 * 1024 * 1024
@@ -28,7 +28,6 @@ def warm_up() -> None:
 
 def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], FileOutcome]:
     """Worker: parse one file, spill each batch to an Arrow IPC file; errors travel back in the outcome."""
-    import polars as pl
     import pyarrow as pa
 
     manifest: list[tuple[str, str]] = []
@@ -38,12 +37,12 @@ def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], File
             if table == CHECKPOINT:
                 manifest.append((table, json.dumps([rows.lines, rows.unparsed, rows.read_bytes])))
                 continue
-            if not isinstance(rows, pa.Table):         # the scanner's tables are Arrow already
-                rows = (rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows, infer_schema_length=None)) \
-                    .to_arrow()
+            arrow = batch_to_arrow(rows)
+            if arrow is None:
+                continue
             path = f"{prefix}-{len(manifest)}-{table}.arrow"
             # uncompressed: the loader maps the file instead of decompressing it (its CPU is the bottleneck)
-            arrow = _dictionary_encoded(rows)
+            arrow = _dictionary_encoded(arrow)
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, arrow.schema) as writer:
                 writer.write_table(arrow)
             manifest.append((table, path))
