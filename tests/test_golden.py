@@ -89,6 +89,29 @@ def test_split_log_equals_golden(monkeypatch: pytest.MonkeyPatch, scan_min: str)
     assert_same(gen.snapshot_corpus("big", jobs=2), expected("big"))
 
 
+def test_scanner_groups_of_chunks_and_slices_equal_golden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The generated log scanned in many small chunks, each in several slices, the general parser reading
+    the rest once per group of several chunks (``sglang_fast.ScanGroup``), gives the same views: the rows
+    of a group come back in line order, and its facts (release, clock steps, last time) span its chunks."""
+    from hangforensics.ingest import parse
+    from hangforensics.parsers import sglang_fast
+
+    monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", "0")
+    monkeypatch.setattr(parse, "SCAN_CHUNK_BYTES", 256 * 1024)
+    monkeypatch.setattr(sglang_fast, "SLICE_LINES", 700)
+    monkeypatch.setattr(sglang_fast, "GROUP_BYTES", 1024 * 1024)
+    groups: list[int] = []
+    flush = sglang_fast.ScanGroup.flush
+
+    def counted(self: sglang_fast.ScanGroup) -> list:
+        groups.append(len(self.slices))
+        return flush(self)
+
+    monkeypatch.setattr(sglang_fast.ScanGroup, "flush", counted)
+    assert_same(gen.snapshot_corpus("big"), expected("big"))
+    assert len([g for g in groups if g > 1]) >= 3        # several groups, each of several slices
+
+
 def test_scanner_failure_falls_back_to_the_general_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scanner that fails when called (compiling or caching its code) is turned off for the process; the
     chunk and the rest are read by the general parser, with the same views."""

@@ -679,3 +679,23 @@ def test_reader_yields_every_line_once(tmp_path_factory: pytest.TempPathFactory,
         assert got == want
     else:                                   # a cut stream: what it holds, never more
         assert got == want[: len(got)] or got[:-1] == want[: len(got) - 1]
+
+
+@FAST
+@given(st.lists(st.sampled_from([b"\n", b"\r\n", b"\r", b"[", b"a", b"[2026-01-01 00:00:00] x", b"\xc3\xa9", b" "]),
+                max_size=60))
+def test_the_scanners_line_bounds_split_as_python_does(parts: list[bytes]) -> None:
+    """``sglang_scan.bounds`` (one compiled pass over a chunk) cuts the same lines as Python's split: LF ends a
+    line, a CR before it is not part of the line, a last line without LF counts; and it finds every '['."""
+    import numpy as np
+
+    from hangforensics.parsers import sglang_scan
+
+    raw = b"".join(parts)
+    starts, ends, brackets = sglang_scan.bounds(np.frombuffer(raw, np.uint8))
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    want = [line[:-1] if line.endswith(b"\r") else line for line in lines]   # (a last line without LF too)
+    assert [raw[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)] == want
+    assert brackets.tolist() == [i for i, c in enumerate(raw) if c == ord("[")]

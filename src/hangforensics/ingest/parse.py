@@ -20,10 +20,11 @@ from ..store.schema import LOADED_TABLES
 from . import collective_parse
 from .jobs import CHECKPOINT, FileJob, FileOutcome
 
-# The scanner's chunks: larger than the general parser's, as its fixed cost per chunk (some 25 ms of
-# building and compiling expressions for the few lines it still sees) is then paid less often; measured
-# on a 64 MB range (CPU s / peak RSS MB): 4 MB chunks 1.03 / 300, 6 MB 0.82 / 310, 8 MB 0.78 / 332,
-# 16 MB 0.63-0.74 / 390, 32 MB 0.72-0.85 / 499.
+# The scanner's chunks: their transient arrays (the line bounds, the scanner's per-line fields) are some
+# 15x the chunk while it is scanned; the general parser then reads the rest of a whole group of them at
+# once (``sglang_fast.GROUP_BYTES``).  Measured on a 64 MB range (CPU s / peak RSS MB), before groups:
+# 4 MB chunks 1.03 / 300, 8 MB 0.78 / 332, 16 MB 0.63-0.74 / 390, 32 MB 0.72-0.85 / 499; with 64 MB groups
+# of 8 MB chunks 0.48-0.61 / 330.
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 
 
@@ -73,7 +74,7 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     behind it, so each one is whole records; yields (parsed, resumable): ``out`` (read_bytes, lines) is a
     resume point after a resumable one.  At the end of a live file, lines the envelope holds back (a CRI
     ``P`` run without its ``F``) are left for the next read, which resumes where they begin."""
-    from ..parsers.sglang_fast import scan_min_bytes, scanner  # (numba is imported only for a large read)
+    from ..parsers.sglang_fast import ScanGroup, scan_min_bytes, scanner  # (numba: only for a large read)
     from ..parsers.sglang_log import FileContext
 
     mtime = f.abs_path.stat().st_mtime
@@ -87,53 +88,61 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     plain = reader.unwrapper is None         # a plain log's lines stay one polars column, never Python strings
     # a large plain read: the compiled scanner takes batch and access lines (sglang_fast)
     scan = plain and _read_size(job) >= scan_min_bytes() and scanner() is not None
+    group = ScanGroup(ctx) if scan else None
     for chunk in iter_chunks(f.abs_path, job.start_offset, job.start_line, records=True, end_offset=job.end_offset,
                              notes=out.notes, hold_partial=job.hold_partial, record_start=reader.record_start(),
                              column=("raw" if scan else plain), chunk_bytes=SCAN_CHUNK_BYTES if scan else CHUNK_BYTES):
         starts.append((chunk.first_line, max(out.read_bytes, out.notes.leading_nul_bytes)))
-        if chunk.column is None and chunk.raw is not None:      # the scanner splits the bytes itself
-            pay = Payload(None, chunk.first_line, physical=chunk.count, raw=chunk.raw)
-        else:
-            pay = reader.feed(chunk.column if plain else chunk.lines, chunk.first_line)
-        parsed = _parse_payload(pay, ctx, out)
+        if group is not None and chunk.raw is not None:         # the scanner splits the bytes itself
+            done = group.add(chunk.raw, chunk.first_line)
+        else:                                                   # (a group so far comes first)
+            done = group.flush() if group is not None else []
+            done.append(_parse_payload(reader.feed(chunk.column if plain else chunk.lines, chunk.first_line), ctx))
         out.read_bytes = chunk.end_offset
         next_line = chunk.first_line + chunk.count
-        yield parsed, reader.carried_from() is None
+        yield from _counted(done, ctx, out, reader.carried_from() is None)
+    if group is not None:
+        yield from _counted(group.flush(), ctx, out, True)
     held = hold_point(f.abs_path, reader, starts) if job.hold_partial and reader.can_hold() else None
     if held is not None:
         out.read_bytes = held
         out.notes.extra.append(f"last line unfinished behind the {reader.stack.name} envelope (a split record "
                                f"without its end): lines from {reader.carried_from()} on are left for the next ingest")
     elif reader.carried_from() is not None:
-        yield _parse_payload(reader.feed([], next_line, final=True), ctx, out), True
+        yield from _counted([_parse_payload(reader.feed([], next_line, final=True), ctx)], ctx, out, True)
 
 
-def _parse_payload(pay: Payload, ctx: Any, out: FileOutcome) -> Any:
-    """Parse one payload batch of a log; its counts (physical lines) and notes go to ``out``."""
-    from ..parsers.sglang_log import Parsed, newest_release, parse_chunk
+def _parse_payload(pay: Payload, ctx: Any) -> Any:
+    """Parse one payload batch of a log (counted by ``_counted``: physical lines)."""
+    from ..parsers.sglang_log import Parsed, parse_chunk
 
-    if pay.plain and pay.raw is not None:
-        from ..parsers.sglang_fast import parse_plain_chunk
-        parsed = parse_plain_chunk(pay.raw, pay.first_line, ctx)
-    elif pay.plain:
-        parsed = parse_chunk(pay.lines, pay.first_line, ctx)
-    else:
-        parsed = parse_chunk(pay.lines, pay.first_line, ctx, pay.line, pay.collected_ts) if pay.lines else Parsed()
-        un = parsed.tables.get("unparsed")
-        firsts = un.get_column("line").to_list() if un is not None else []
-        parsed.tables["unparsed"] = _unparsed_frame(pay.unparsed_rows(ctx.engine, ctx.path, firsts))
-        parsed.lines, parsed.unparsed = pay.physical, parsed.tables["unparsed"].height
-    out.release = ctx.release = newest_release(out.release, parsed.release)
-    out.lines += parsed.lines
-    out.unparsed += parsed.unparsed
-    notes = out.notes
-    notes.interleaved += parsed.interleaved
-    notes.dated_by_previous += parsed.dated_by_previous
-    notes.dated_by_envelope += parsed.dated_by_envelope
-    if parsed.backwards:
-        notes.backwards += parsed.backwards
-        notes.largest_back = max(notes.largest_back, parsed.largest_back)
+    if pay.plain:
+        return parse_chunk(pay.lines, pay.first_line, ctx)
+    parsed = parse_chunk(pay.lines, pay.first_line, ctx, pay.line, pay.collected_ts) if pay.lines else Parsed()
+    un = parsed.tables.get("unparsed")
+    firsts = un.get_column("line").to_list() if un is not None else []
+    parsed.tables["unparsed"] = _unparsed_frame(pay.unparsed_rows(ctx.engine, ctx.path, firsts))
+    parsed.lines, parsed.unparsed = pay.physical, parsed.tables["unparsed"].height
     return parsed
+
+
+def _counted(done: list[Any], ctx: Any, out: FileOutcome, resumable: bool) -> Iterator[tuple[Any, bool]]:
+    """Parsed batches with their counts and notes added to ``out``, as ``_parse_log`` yields them: only the
+    last may be a resume point (``out.read_bytes`` is past them all)."""
+    from ..parsers.sglang_log import newest_release
+
+    for k, parsed in enumerate(done):
+        out.release = ctx.release = newest_release(out.release, parsed.release)
+        out.lines += parsed.lines
+        out.unparsed += parsed.unparsed
+        notes = out.notes
+        notes.interleaved += parsed.interleaved
+        notes.dated_by_previous += parsed.dated_by_previous
+        notes.dated_by_envelope += parsed.dated_by_envelope
+        if parsed.backwards:
+            notes.backwards += parsed.backwards
+            notes.largest_back = max(notes.largest_back, parsed.largest_back)
+        yield parsed, resumable and k == len(done) - 1
 
 
 def _read_size(job: FileJob) -> int:

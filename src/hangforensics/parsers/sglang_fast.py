@@ -65,73 +65,155 @@ def _disable(e: BaseException) -> None:
 
 def warm_scanner() -> None:
     """Load the scanner's compiled code (numba reads it from its cache on the first call: some 0.4 s) with
-    the argument types ``parse_plain_chunk`` passes."""
+    the argument types ``ScanGroup`` passes."""
     sc = scanner()
     if sc is None:
         return
     raw = b"[2025-01-01 00:00:00] Decode batch. #running-req: 1\n"
     buf = np.frombuffer(raw, np.uint8)
     try:
-        sc.scan(buf, np.zeros(1, np.int64), np.array([len(raw) - 1], np.int64), np.flatnonzero(buf == 91),
-                raw.isascii())
+        starts, ends, brackets = sc.bounds(buf)
+        sc.scan(buf, starts, ends, brackets, raw.isascii())
         sc.gather(buf, np.zeros(1, np.int64), np.ones(1, np.int64))
-    except Exception as e:                  # noqa: BLE001 (as in parse_plain_chunk: the general parser then)
+    except Exception as e:                  # noqa: BLE001 (as in ScanGroup.add: the general parser then)
         _disable(e)
 
 
-def parse_plain_chunk(raw: bytes, first_line: int, ctx: FileContext) -> Parsed:
-    """Parse the lines of a plain log chunk (``raw``: its bytes, valid UTF-8) as ``parse_chunk`` does.
-    The bulk lines' tables come back as Arrow tables (their repeated text dictionary-encoded), in line order
-    with the general parser's rows."""
+# The scanner reads a chunk this many lines at a time: its per-line arrays (some 300 bytes a line) stay small.
+SLICE_LINES = 1 << 16
+# The general parser reads the lines the scanner leaves of this many bytes of chunks at once: its fixed
+# cost per call (some 22 ms of building and compiling expressions, whatever the few lines it gets) is
+# paid once per group, while only the group's rows (some 0.75 bytes of Arrow per byte of log) wait.
+GROUP_BYTES = 64 * 1024 * 1024
+
+
+class ScanGroup:
+    """Consecutive chunks of a plain log (``raw``: whole records, valid UTF-8) read as ``parse_chunk`` reads
+    them: the compiled scanner types each chunk's bulk lines as it comes (``add``), the general parser reads
+    the other lines of the whole group at once (``flush``, or ``add`` once GROUP_BYTES have come).  Each
+    returns the group's ``Parsed``: the bulk lines' tables as Arrow tables (their repeated text
+    dictionary-encoded), in line order with the general parser's rows."""
+
+    def __init__(self, ctx: FileContext, group_bytes: int | None = None) -> None:
+        self.ctx = ctx
+        self.group_bytes = GROUP_BYTES if group_bytes is None else group_bytes
+        self._start()
+
+    def _start(self) -> None:
+        self.slices: list[_Slice] = []
+        self.keep_text: list[pa.LargeStringArray] = []      # the lines the general parser reads, in order
+        self.keep_lines: list[np.ndarray] = []
+        self.first_line: int | None = None
+        self.lines = self.bytes = 0
+        self.head = _release_records(self.ctx)             # bulk messages still looked at for the release
+
+    def add(self, raw: bytes, first_line: int) -> list[Parsed]:
+        """Scan one chunk; the group's ``Parsed`` when it is full (or, where the scanner cannot run, the
+        group so far and this chunk read by the general parser)."""
+        buf = np.frombuffer(raw, np.uint8)
+        sc = scanner()
+        text = _Text(sc, buf)
+        slices: list[_Slice] = []
+        try:
+            if sc is None:
+                raise _Off
+            starts, ends, brackets = sc.bounds(buf)
+            n = len(starts)
+            if not n:
+                return []
+            line_of = np.arange(first_line, first_line + n, dtype=np.int64)
+            ascii_all = raw.isascii()
+            for a in range(0, n, SLICE_LINES):
+                slices.append(_Slice(sc, text, starts, ends, a, min(a + SLICE_LINES, n), brackets, ascii_all,
+                                     line_of, self.ctx, self.head))
+                self.head -= slices[-1].messages
+            keep = np.concatenate([s.keep for s in slices])
+            self.keep_text.append(text.arrow(starts[keep], ends[keep]))
+        except Exception as e:              # noqa: BLE001 (compiling or caching failed: the general parser)
+            if sc is not None:
+                _disable(e)
+            return [*self.flush(), parse_chunk(_lines(raw), first_line, self.ctx)]
+        self.keep_lines.append(line_of[keep])
+        self.slices += slices
+        self.first_line = first_line if self.first_line is None else self.first_line
+        self.lines += n
+        self.bytes += len(raw)
+        return self.flush() if self.bytes >= self.group_bytes else []
+
+    def flush(self) -> list[Parsed]:
+        """The ``Parsed`` of the chunks added since the last one (none: nothing)."""
+        if self.first_line is None:
+            return []
+        ctx, slices = self.ctx, self.slices
+        keep = pl.from_arrow(pa.chunked_array(self.keep_text, pa.large_string()))
+        assert isinstance(keep, pl.Series)
+        out = parse_chunk(keep, self.first_line, ctx, line_numbers=np.concatenate(self.keep_lines).tolist(),
+                          whole=False)
+        # the rows of every bulk line come from the scanner: the general parser's of those it saw are dropped
+        seen = pl.Series(np.concatenate([s.seen for s in slices]))
+        for table in ("batches", "http_requests"):
+            rows = [s.tables[table] for s in slices if s.tables.get(table) is not None]
+            if rows:
+                out.tables[table] = _in_line_order(out.tables.get(table), seen, _concat(rows))
+        assert out.starts is not None
+        _chunk_facts(out.starts, ctx, out, slices)
+        out.starts = None
+        _record_time(out, ctx)
+        out.lines = self.lines
+        self._start()
+        return [out]
+
+
+def _lines(raw: bytes) -> pl.Series:
+    """The lines of ``raw`` (without their LF or CRLF) as one column, split by numpy (the scanner is off)."""
     buf = np.frombuffer(raw, np.uint8)
     nl = np.flatnonzero(buf == 10)
     n = len(nl) + (1 if len(buf) and buf[-1] != 10 else 0)
-    if not n:
-        return Parsed()
-    starts = np.r_[0, nl + 1][:n].astype(np.int64)
-    ends = np.r_[nl, len(buf)][:n].astype(np.int64)
-    ends -= (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13)          # CRLF
-    sc = scanner()
-    try:
-        if sc is None:
-            raise _Off
+    offsets = np.r_[np.r_[0, nl + 1][:n], len(buf)].astype(np.int64)
+    lines = pl.from_arrow(pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw)))
+    assert isinstance(lines, pl.Series)
+    return lines.str.strip_suffix("\n").str.strip_suffix("\r")
+
+
+class _Slice:
+    """One slice of a chunk's lines through the scanner: the rows of its bulk lines (``tables``), the lines
+    the general parser reads (``keep``: indices in the chunk; every line that is not bulk, and every bulk
+    line next to one or at the slice's ends), the bulk lines it reads too (``seen``: line numbers), and the
+    records it does not read, for the chunk's facts (``facts``: line, ts_dt, msg for the first ``head``)."""
+
+    def __init__(self, sc: Any, text: _Text, starts: np.ndarray, ends: np.ndarray, a: int, b: int,
+                 brackets: np.ndarray, ascii_all: bool, line_of: np.ndarray, ctx: FileContext, head: int) -> None:
+        lo, hi = np.searchsorted(brackets, [starts[a], ends[b - 1]])
         kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart, rid, uranks = sc.scan(
-            buf, starts, ends, np.flatnonzero(buf == 91), raw.isascii())
-    except Exception as e:                  # noqa: BLE001 (compiling or caching failed: the general parser)
-        if sc is not None:
-            _disable(e)
-        lines = pl.from_arrow(pa.LargeStringArray.from_buffers(n, pa.py_buffer(np.r_[starts, len(buf)]),
-                                                               pa.py_buffer(raw)))
-        assert isinstance(lines, pl.Series)
-        return parse_chunk(lines.str.strip_suffix("\n").str.strip_suffix("\r"), first_line, ctx)
-    text = _Text(sc, buf)
-    bulk = (kind == sc.BATCH) | (kind == sc.ACCESS)
-    other = ~bulk
-    near = np.zeros(n, np.bool_)
-    near[1:] |= other[:-1]
-    near[:-1] |= other[1:]
-    near[0] = near[-1] = True
-    fast = bulk & ~near
-    keep = np.flatnonzero(~fast)
-    line_of = np.arange(first_line, first_line + n, dtype=np.int64)
-    out = parse_chunk(text.series(starts[keep], ends[keep]), first_line, ctx, line_numbers=line_of[keep].tolist(),
-                      whole=False)
-    # the rows of every bulk line come from the scanner: the general parser's of those it saw are dropped
-    bi = np.flatnonzero(bulk)
-    bulk_rows = _Bulk(ctx, text, bi, kind == sc.BATCH, line_of, ts, spans, _Ranks(text, bi, rank, rid, uranks))
-    seen = pl.Series(line_of[bulk & near])
-    for table, rows in (("batches", bulk_rows.batches(ival, ist, fval, fst, graph, flags)),
-                        ("http_requests", bulk_rows.access())):
-        if rows is not None:
-            out.tables[table] = _in_line_order(out.tables.get(table), seen, rows)
-    assert out.starts is not None
-    fi = np.flatnonzero(fast)
-    head = fi[:_release_records(ctx, fi)]
-    _chunk_facts(out.starts, ctx, out, fi, bulk_rows, text.series(mstart[head], ends[head]))
-    out.starts = None
-    _record_time(out, ctx)
-    out.lines = n
-    return out
+            text.buf, starts[a:b], ends[a:b], brackets[lo:hi], ascii_all)
+        bulk = (kind == sc.BATCH) | (kind == sc.ACCESS)
+        other = ~bulk
+        near = np.zeros(len(kind), np.bool_)
+        near[1:] |= other[:-1]
+        near[:-1] |= other[1:]
+        near[0] = near[-1] = True
+        fast = bulk & ~near
+        lines = line_of[a:b]
+        self.keep = np.flatnonzero(~fast) + a
+        self.seen = lines[bulk & near]
+        bi = np.flatnonzero(bulk)
+        ranks = _Ranks(text, bi, rank, rid, uranks)
+        self.rank_names = ranks.names
+        rows = _Bulk(ctx, text, bi, kind == sc.BATCH, lines, ts, spans, ranks)
+        self.tables = {"batches": rows.batches(ival, ist, fval, fst, graph, flags), "http_requests": rows.access()}
+        fi = np.flatnonzero(fast)
+        msgs = fi[:max(head, 0)]
+        self.messages = len(msgs)
+        self.facts = pl.DataFrame({
+            "line": lines[fi], "ts_dt": pl.Series(ts[fi]).cast(pl.Datetime("us")),
+            "msg": pl.concat([text.series(mstart[msgs], ends[a:b][msgs]),
+                              pl.repeat(None, len(fi) - len(msgs), dtype=pl.String, eager=True)])})
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    """The bulk tables of a group's slices as one, not copied (each slice's ranks are a dictionary of their
+    own: they are unified)."""
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables).unify_dictionaries()
 
 
 class _Text:
@@ -241,24 +323,21 @@ class _Bulk:
         return pa.table(cols)
 
 
-def _release_records(ctx: FileContext, fi: np.ndarray) -> int:
+def _release_records(ctx: FileContext) -> int:
     """How many bulk lines' messages the release traits are looked for in: the first 20000 records, and
     none once the file is known to be of the newest release."""
-    return 0 if ctx.release == RELEASE_ORDER[0] else min(len(fi), 20000)
+    return 0 if ctx.release == RELEASE_ORDER[0] else 20000
 
 
-def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, fi: np.ndarray, bulk: _Bulk,
-                 msgs: pl.Series) -> None:
+def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list[_Slice]) -> None:
     """``chunk_facts`` over the records of the whole chunk in file order: the general parser's (``rest``:
-    line, ts_dt, msg, ranks) and the bulk lines it did not see (``fi``: times and lines from the scanner's
-    arrays; messages only where the release traits are looked for; ranks as their few distinct texts, in
-    undated rows of their own: only whether one prints PP before TP counts)."""
-    names = [" " + r if r else "" for r in bulk.ranks.names]
+    line, ts_dt, msg, ranks) and the bulk lines it did not see (the slices' ``facts``: times and lines from
+    the scanner's arrays; messages only where the release traits are looked for; ranks as their few
+    distinct texts, in undated rows of their own: only whether one prints PP before TP counts)."""
+    names = sorted({" " + r if r else "" for s in slices for r in s.rank_names})
     records = pl.concat([
         rest.select("line", pl.col("ts_dt").cast(pl.Datetime("us")), "msg", "ranks"),
-        pl.DataFrame({"line": bulk.line_of[fi], "ts_dt": pl.Series(bulk.ts[fi]).cast(pl.Datetime("us")),
-                      "msg": pl.concat([msgs, pl.repeat(None, len(fi) - len(msgs), dtype=pl.String, eager=True)]),
-                      "ranks": pl.repeat(None, len(fi), dtype=pl.String, eager=True)}),
+        *(s.facts.with_columns(pl.lit(None, dtype=pl.String).alias("ranks")) for s in slices),
         pl.DataFrame({"line": pl.repeat(None, len(names), dtype=pl.Int64, eager=True),
                       "ts_dt": pl.repeat(None, len(names), dtype=pl.Datetime("us"), eager=True),
                       "msg": pl.repeat(None, len(names), dtype=pl.String, eager=True),

@@ -391,17 +391,19 @@ def scan(buf, starts, ends, brackets, ascii_all):
     ASCII (no line needs its own test).  The rank spans of bulk lines are also interned: ``rid`` numbers
     each line's rank text in ``uranks`` (spans of its first occurrence; -1 on every line: too many)."""
     n = len(starts)
+    # values are read only where their line's kind or status says they were set: left unwritten elsewhere
+    # (no pass to zero them, no page touched in vain)
     kind = np.zeros(n, np.int8)
-    ts = np.zeros(n, np.int64)
-    rank = np.zeros((n, 2), np.int64)
-    ival = np.zeros((n, 1 + NINT + NPEND), np.int64)
+    ts = np.empty(n, np.int64)
+    rank = np.empty((n, 2), np.int64)
+    ival = np.empty((n, 1 + NINT + NPEND), np.int64)
     ist = np.zeros((n, 1 + NINT + NPEND), np.int8)
-    fval = np.zeros((n, NFLOAT), np.float64)
+    fval = np.empty((n, NFLOAT), np.float64)
     fst = np.zeros((n, NFLOAT), np.int8)
     graph = np.zeros(n, np.int8)
     flags = np.zeros((n, 2), np.int8)          # Prefill, PD line
-    spans = np.zeros((n, 7), np.int64)         # client, method, path (start, end), status
-    mstart = np.zeros(n, np.int64)
+    spans = np.empty((n, 7), np.int64)         # client, method, path (start, end), status
+    mstart = np.empty(n, np.int64)
     rid = np.full(n, -1, np.int32)
     uranks = np.zeros((MAX_RANKS, 2), np.int64)
     nu = 0
@@ -484,6 +486,43 @@ def _line(buf, s: int, e: int, row: int, ts, rank, ival, ist, fval, fst, graph, 
             a += 1
         rank[row, 0], rank[row, 1] = a, b
     return k
+
+
+@njit(nogil=True)
+def bounds(buf):
+    """The lines of ``buf`` in one pass: their starts and ends (the line ending, LF or CRLF, excluded; a last
+    line without LF included, a CR at its end excluded too) and the offsets of every '[' (for ``scan``)."""
+    n = len(buf)
+    lines = 0
+    opening = 0
+    for p in range(n):
+        c = buf[p]
+        if c == 10:
+            lines += 1
+        elif c == 91:
+            opening += 1
+    if n and buf[n - 1] != 10:
+        lines += 1
+    starts = np.empty(lines, np.int64)
+    ends = np.empty(lines, np.int64)
+    brackets = np.empty(opening, np.int64)
+    k = 0
+    b = 0
+    start = 0
+    for p in range(n):
+        c = buf[p]
+        if c == 10:
+            starts[k] = start
+            ends[k] = p - 1 if p > start and buf[p - 1] == 13 else p
+            k += 1
+            start = p + 1
+        elif c == 91:
+            brackets[b] = p
+            b += 1
+    if k < lines:
+        starts[k] = start
+        ends[k] = n - 1 if n > start and buf[n - 1] == 13 else n
+    return starts, ends, brackets
 
 
 @njit(nogil=True)
