@@ -95,6 +95,8 @@ def test_cli_ingest_leaves_no_process_in_its_session(big_log: Path, tmp_path: Pa
     rc, err, left = run_cli("ingest", str(big_log), "--db", str(tmp_path / "db.duckdb"), "--jobs", "2")
     assert rc == 0, err
     assert left == []
+    # its one summary line, not a warning of multiprocessing's (the pool's semaphores outliving the tracker)
+    assert len(err.strip().splitlines()) == 1 and "lines (0 unparsed)" in err, err
 
 
 def test_ctrl_c_stops_the_ingest_and_its_workers(big_log: Path, tmp_path: Path):
@@ -141,3 +143,38 @@ def test_a_ray_scan_stops_the_ray_it_started_and_talks_to_loopback_only(tmp_path
     assert "127.0.0.1" in v4                                     # Ray's own processes, on loopback
     assert {a for a in v4 if not a.startswith("127.")} == set()
     assert {a for a in v6 if a not in ("::1", "::ffff:127.0.0.1")} == set()
+
+
+def test_a_large_log_starts_the_fork_server_first_and_nothing_outlives_it(tmp_path: Path):
+    """A log large enough to be read in byte ranges starts the parsers' fork server before anything else
+    loads (``fork_server.started_early``): found as a file or up to two folders below the path given, never
+    for a compressed file or one parser process; the server is gone when the ingest is, used or not."""
+    from multiprocessing import forkserver
+
+    from hangforensics.ingest import fork_server
+    from hangforensics.ingest.jobs import SPLIT_MIN_BYTES
+
+    fleet = tmp_path / "fleet"
+    (fleet / "eng").mkdir(parents=True)
+    big = fleet / "eng" / "server.log"
+    with big.open("wb") as f:                   # sparse: the size counts, not the disk
+        f.truncate(SPLIT_MIN_BYTES)
+    small = tmp_path / "small.log"
+    small.write_text("x\n")
+    packed = tmp_path / "server.log.gz"
+    with packed.open("wb") as f:
+        f.truncate(SPLIT_MIN_BYTES * 2)
+    assert fork_server._large_plain_log(big) and fork_server._large_plain_log(fleet)
+    assert not fork_server._large_plain_log(small) and not fork_server._large_plain_log(packed)
+    assert not fork_server._large_plain_log(tmp_path, depth=1)      # two folders up: too far for depth 1
+
+    with fork_server.started_early([small, packed], jobs=2):
+        assert forkserver._forkserver._forkserver_pid is None
+    with fork_server.started_early([fleet], jobs=1):
+        assert forkserver._forkserver._forkserver_pid is None
+    with fork_server.started_early([fleet], jobs=2):
+        pid = forkserver._forkserver._forkserver_pid
+        assert pid is not None and psutil.pid_exists(pid)
+        assert sigint_ignored(pid)              # a Ctrl-C is the parent's to handle, not the server's
+    assert forkserver._forkserver._forkserver_pid is None
+    assert not psutil.pid_exists(pid)           # stopped while still loading (no worker was ever asked for)

@@ -10,6 +10,9 @@ from typing import Any
 from ..readers.envelopes import EnvelopeStack
 from ..readers.logfile import ReadNotes
 
+# A plain log this large is read in byte ranges by several processes (and by the compiled scanner).
+SPLIT_MIN_BYTES = 128 * 1024 * 1024
+
 
 @dataclass
 class IngestResult:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import multiprocessing
 import os
 import shutil
 import signal
@@ -21,10 +20,11 @@ from ..errors import InputError
 from ..readers.payload import STATEFUL_PASTE, PayloadReader
 from ..store import Store
 from ..terminal_progress import ProgressBar
-from .jobs import CHECKPOINT, FileJob, FileOutcome, with_result
+from . import fork_server
+from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, with_result
 from .load import load_file
 from .plan import Plan
-from .worker import SPLIT_MIN_BYTES, parse_to_ipc, warm_up
+from .worker import parse_to_ipc
 
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 
@@ -104,19 +104,15 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
     ``counter.tasks`` (when given) counts the pieces handed to workers."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
     try:
-        with worker_pool(jobs) as pool:
+        with worker_pool(jobs, scanner=any(splittable(p) for p in work)) as pool:
             ranges = _Ranges(pool, tmp, window=jobs + 2)
+            split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
+            # the ranges' first lines, while the fork server loads (the first submit waits for it)
+            ranges.count(len(ranges.todo) - 1)
             with _workers_ignore_ctrl_c():         # workers start on submit: Ctrl-C is the parent's to handle
-                if any(splittable(p) for p in work):
-                    # the workers start (imports, the scanner's compiled code) while the log is split here
-                    for _ in range(jobs):
-                        pool.submit(warm_up)
                 whole = {pool.submit(parse_to_ipc, p.job(), str(tmp / f"f{i}")): p
                          for i, p in enumerate(work) if not splittable(p)}
-                split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
                 ranges.fill()
-            # the rest of the ranges' first lines, while the workers parse the first ones (the loader waits)
-            ranges.count(len(ranges.todo) - 1)
             if counter is not None:
                 counter.tasks += len(whole) + len(ranges.todo)
             # whole small files as they finish; the ranges of a split log in order
@@ -150,8 +146,8 @@ def range_targets(start: int, size: int, jobs: int) -> list[int]:
 
 class _Ranges:
     """The byte ranges of split logs, submitted in file order with at most ``window`` of them parsed ahead
-    of the loader (their spilled batches wait on disk).  The first lines of the ranges are counted after
-    the first ones are submitted (the count overlaps their parsing)."""
+    of the loader (their spilled batches wait on disk).  The first lines of the ranges are counted before
+    they are submitted (the count overlaps the fork server's loading)."""
 
     def __init__(self, pool: _Pool, tmp: Path, window: int) -> None:
         self.pool, self.tmp, self.window = pool, tmp, window
@@ -215,11 +211,15 @@ class _Pool(ProcessPoolExecutor):
 
 
 @contextlib.contextmanager
-def worker_pool(jobs: int) -> Iterator[_Pool]:
+def worker_pool(jobs: int, scanner: bool = False) -> Iterator[_Pool]:
     """A pool of parser processes that leaves nothing behind: on success every worker is joined; on an
-    error, Ctrl-C or an abandoned ingest the workers are terminated first; and the resource tracker that
-    the spawn start method starts is stopped too (a nightly cron job must not leave processes)."""
-    ctx = multiprocessing.get_context("spawn")     # polars' threads do not survive fork
+    error, Ctrl-C or an abandoned ingest the workers are terminated first; and the fork server and the
+    resource tracker that it starts are stopped too (a nightly cron job must not leave processes).
+
+    Workers are forked by the ``fork_server`` (``scanner``: with the compiled scanner loaded, for large
+    logs), started here unless it runs already, so that it loads while the parent splits the logs."""
+    with _workers_ignore_ctrl_c():          # what the server has (signal mask, environment), workers inherit
+        ctx = fork_server.context(scanner)
     with _semaphores_outlive_the_tracker():
         pool = _Pool(max_workers=jobs, mp_context=ctx)
     clean = False
@@ -238,10 +238,16 @@ def worker_pool(jobs: int) -> Iterator[_Pool]:
         for proc in procs:
             proc.join()
         # the pool's queues hold named semaphores: release them before the tracker that watches them goes
-        for name in ("_call_queue", "_result_queue", "_executor_manager_thread_wakeup"):
-            if hasattr(pool, name):
-                setattr(pool, name, None)
+        # (else it warns of "leaked semaphore objects" as it stops); the manager thread refers to them too
+        for holder in (pool, manager):
+            for name in ("_call_queue", "_result_queue", "_executor_manager_thread_wakeup", "call_queue",
+                         "result_queue", "thread_wakeup"):
+                if hasattr(holder, name):
+                    setattr(holder, name, None)
+        pool._let_go = None
+        del procs, manager
         gc.collect()
+        fork_server.stop()
         stop_resource_tracker()
 
 

@@ -9,10 +9,8 @@ import json
 from typing import Any
 
 from ..errors import InputError
-from .jobs import CHECKPOINT, FileJob, FileOutcome, batch_to_arrow, with_result
+from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, batch_to_arrow, with_result
 from .parse import parse_file
-
-SPLIT_MIN_BYTES = 128 * 1024 * 1024
 
 
 def warm_up() -> None:
@@ -58,12 +56,13 @@ DICTIONARY_COLUMNS = ("engine", "path", "file", "batch_kind", "rank", "kind")
 
 
 def _dictionary_encoded(t: Any) -> Any:
+    """``t`` with its DICTIONARY_COLUMNS encoded, chunk by chunk (a group's bulk table arrives in chunks: no
+    copy of it), over one dictionary per column (as the IPC file format wants)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    t = t.combine_chunks()
     for name in DICTIONARY_COLUMNS:
         if name in t.column_names and t.num_rows and t.schema.field(name).type in (pa.string(), pa.large_string()):
             col = pc.dictionary_encode(t.column(name))
             t = t.set_column(t.column_names.index(name), pa.field(name, col.type), col)
-    return t
+    return t.unify_dictionaries()

@@ -1,0 +1,133 @@
+"""The parser pool's fork server: one process that loads what parsing needs (polars, pyarrow, and for large
+logs numba and the compiled scanner's code) once, and forks every worker from there.
+
+Spawned workers each loaded it themselves: some 1 s of CPU per worker before the first line was parsed,
+on a machine whose cores are the ingest's limit.  Forking from a clean server (not from the parent, which
+runs DuckDB's and polars' threads) keeps fork safe.  For a large log the server is started before the
+parent imports DuckDB and plans (``started_early``), so that both load at once.  Kept light: this module
+imports nothing heavy, as it runs before the rest of the ingest is imported."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .jobs import SPLIT_MIN_BYTES
+
+SCANNER_PRELOAD = "hangforensics.ingest.preload_scanner"
+WORKER_PRELOAD = "hangforensics.ingest.worker"
+
+_running: str | None = None          # the preload of the server this process started and has not stopped
+
+
+def context(scanner: bool) -> Any:
+    """The multiprocessing context whose processes the fork server forks, the server started (or kept,
+    when running with the same preload): ``scanner`` for a pool that reads large logs.  Spawn where the
+    platform has no fork server."""
+    global _running
+    try:
+        ctx = multiprocessing.get_context("forkserver")
+    except ValueError:
+        return multiprocessing.get_context("spawn")
+    from multiprocessing import forkserver
+
+    preload = SCANNER_PRELOAD if scanner else WORKER_PRELOAD
+    if _running != preload:
+        stop()
+        forkserver.set_forkserver_preload([preload])
+        _running = preload
+    with _deaf_to_ctrl_c():
+        forkserver.ensure_running()     # started now: it loads while the caller goes on
+    return ctx
+
+
+@contextlib.contextmanager
+def _deaf_to_ctrl_c() -> Iterator[None]:
+    """The fork server (and every worker it forks) started with SIGINT ignored, as Python then leaves it: a
+    Ctrl-C, sent to the whole process group, is the parent's to handle (it terminates the workers), not a
+    traceback from each of them (a blocked signal is not enough: the server unblocks it).  A Ctrl-C pressed
+    meanwhile waits, blocked, for the parent's own handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+
+
+def stop() -> None:
+    """Stop the fork server (it would otherwise live as long as this process), at once: one still loading
+    (an unchanged file needed no worker) would only notice the request when done loading."""
+    global _running
+    from multiprocessing import forkserver
+
+    _running = None
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is not None:                 # its workers are gone by now: nothing of ours is lost with it
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    halt = getattr(server, "_stop", None)
+    if halt is not None:
+        with contextlib.suppress(Exception):
+            halt()
+
+
+@contextlib.contextmanager
+def started_early(paths: list[Path], jobs: int) -> Iterator[None]:
+    """Start the fork server for a large log now, when ``paths`` (files, or folders one or two levels above
+    them) hold one that will be read in byte ranges; stopped at the end whatever happened (an unchanged
+    file's ingest never uses it)."""
+    if jobs > 1 and any(_large_plain_log(p) for p in paths):
+        environ = {"POLARS_MAX_THREADS": "1"} if "POLARS_MAX_THREADS" not in os.environ else {}
+        with _environment(environ):     # the workers' settings (as parallel's pool sets them), inherited
+            context(scanner=True)
+    try:
+        yield
+    finally:
+        stop()
+
+
+# Compressed files and archives are read whole (no byte ranges): no scanner pool for them.
+_WHOLE_SUFFIXES = (".gz", ".zst", ".bz2", ".xz", ".zip", ".tar", ".tgz")
+
+
+def _large_plain_log(path: Path, depth: int = 2, budget: list[int] | None = None) -> bool:
+    """A file of at least SPLIT_MIN_BYTES not compressed, at ``path`` or up to ``depth`` folders below it
+    (at most 2000 entries looked at: this guess must cost nothing)."""
+    budget = budget if budget is not None else [2000]
+    try:
+        if not path.is_dir():
+            return path.stat().st_size >= SPLIT_MIN_BYTES and not path.name.endswith(_WHOLE_SUFFIXES)
+        if depth == 0:
+            return False
+        with os.scandir(path) as entries:
+            for entry in entries:
+                budget[0] -= 1
+                if budget[0] < 0:
+                    return False
+                if _large_plain_log(Path(entry.path), depth - 1, budget):
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key in values:
+            os.environ.pop(key, None)
