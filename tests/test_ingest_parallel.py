@@ -43,9 +43,14 @@ def test_parallel_split_ingest_equals_serial(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1024)
     monkeypatch.setattr(load, "COMMIT_BYTES", 512 * 1024)                 # partial commits between ranges
     with Store(tmp_path / "parallel.duckdb") as st:
+        # (memory_limit is restored from its text, rounded to 0.1 MiB: not compared)
+        settings = "SELECT current_setting('threads'), current_setting('checkpoint_threshold'), " \
+                   "current_setting('max_vacuum_tasks')"
+        before = st.con.execute(settings).fetchall()
         ingest.ingest_paths(st, [log.parent], jobs=2)
         assert st.con.execute(QUERY).fetchall() == serial
         assert st.scalar("SELECT status FROM sources") == "ok"
+        assert st.con.execute(settings).fetchall() == before      # the loader's own settings are undone
 
 
 def test_row_dicts_become_arrow_with_every_key_any_row_has():

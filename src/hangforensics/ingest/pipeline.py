@@ -63,18 +63,30 @@ LOADER_MEMORY = "64MiB"
 def _loader_settings(store: Store) -> Iterator[None]:
     """While parser processes have the cores and most of the memory, DuckDB appends on one thread (a second
     costs CPU and gains no time) within LOADER_MEMORY (an in-memory database keeps its cap: it has nowhere
-    to spill); the caller's settings are restored after (a test may pin one thread)."""
+    to spill); the caller's settings are restored after (a test may pin one thread).
+
+    The load ends with a checkpoint that leaves the row groups as they were written: by default a
+    checkpoint after several commits merges the partial row groups at their seams, and for the access
+    lines' text columns that meant compressing them again (measured: 0.3 s of a 5.5 s ingest of a 445 MB
+    log; 0.03 s without; the database no larger)."""
     limit = store.scalar("SELECT current_setting('memory_limit')")
     threads = store.scalar("SELECT current_setting('threads')")
     threshold = store.scalar("SELECT current_setting('checkpoint_threshold')")
+    vacuum = store.scalar("SELECT current_setting('max_vacuum_tasks')")
     store.con.execute("SET threads = 1")
     if store.path != ":memory:":
         store.con.execute("SET memory_limit = ?", [LOADER_MEMORY])
         # no checkpoint at a commit meanwhile (on this one thread); the one at the end has every thread
         store.con.execute("SET checkpoint_threshold = '1TB'")
+    clean = False
     try:
         yield
+        clean = True
     finally:
+        if clean and store.path != ":memory:":
+            store.con.execute("SET max_vacuum_tasks = 0")
+            store.con.execute("CHECKPOINT")
+        store.con.execute(f"SET max_vacuum_tasks = {int(vacuum)}")
         store.con.execute(f"SET threads = {int(threads)}")
         store.con.execute("SET memory_limit = ?", [limit])
         store.con.execute("SET checkpoint_threshold = ?", [threshold])
