@@ -23,8 +23,8 @@ from .jobs import CHECKPOINT, FileJob, FileOutcome
 # The scanner's chunks: their transient arrays (the line bounds, the scanner's per-line fields) are some
 # 15x the chunk while it is scanned; the general parser then reads the rest of a whole group of them at
 # once (``sglang_fast.GROUP_BYTES``).  Measured on a 64 MB range (CPU s / peak RSS MB), before groups:
-# 4 MB chunks 1.03 / 300, 8 MB 0.78 / 332, 16 MB 0.63-0.74 / 390, 32 MB 0.72-0.85 / 499; with 64 MB groups
-# of 8 MB chunks 0.48-0.61 / 330.
+# 4 MB chunks 1.03 / 300, 8 MB 0.78 / 332, 16 MB 0.63-0.74 / 390, 32 MB 0.72-0.85 / 499; in 64 MB groups
+# of 8 MB chunks 0.47-0.58 / 410; in 32 MB groups 0.59-0.64 / 400.
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 
 
