@@ -89,8 +89,7 @@ def started_early(paths: list[Path], jobs: int) -> Iterator[None]:
     them) hold one that will be read in byte ranges; stopped at the end whatever happened (an unchanged
     file's ingest never uses it)."""
     if jobs > 1 and any(_large_plain_log(p) for p in paths):
-        environ = {"POLARS_MAX_THREADS": "1"} if "POLARS_MAX_THREADS" not in os.environ else {}
-        with _environment(environ):     # the workers' settings (as parallel's pool sets them), inherited
+        with one_polars_thread():       # the workers' setting (as parallel's pool sets it), inherited
             context(scanner=True)
     try:
         yield
@@ -124,10 +123,15 @@ def _large_plain_log(path: Path, depth: int = 2, budget: list[int] | None = None
 
 
 @contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    os.environ.update(values)
+def one_polars_thread() -> Iterator[None]:
+    """Workers started meanwhile run polars on one thread (unless POLARS_MAX_THREADS says otherwise): there
+    is a worker per core already, and its small frames pay more for a thread pool than they gain (measured
+    on a 64 MB range: 10 % less CPU, 15 MB less peak memory per worker)."""
+    if "POLARS_MAX_THREADS" in os.environ:
+        yield
+        return
+    os.environ["POLARS_MAX_THREADS"] = "1"          # read by the fork server (or a spawned worker) at its start
     try:
         yield
     finally:
-        for key in values:
-            os.environ.pop(key, None)
+        os.environ.pop("POLARS_MAX_THREADS", None)
