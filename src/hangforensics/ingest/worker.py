@@ -1,7 +1,8 @@
 """What a parser process runs: warming up, and parsing one file or byte range into Arrow IPC spill files.
 
-Kept apart from ``parallel`` (the parent's side) so that a spawned worker imports only what parsing
-needs: not DuckDB, the store or the planner (measured: 0.3 s less start-up per worker)."""
+Kept apart from ``parallel`` (the parent's side) so that the fork server the workers are forked from
+(``fork_server``) imports only what parsing needs: not DuckDB, the store or the planner (measured: 0.3 s
+less start-up)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from .parse import parse_file
 
 
 def warm_up() -> None:
-    """Worker: load what parsing a large log needs (polars, pyarrow, the compiled scanner and its code),
-    started before the parent splits the log into ranges, so that both overlap."""
+    """Load what parsing a large log needs (polars, pyarrow, the compiled scanner and its code): run by the
+    fork server (``preload_scanner``), so that every worker forked from it has them."""
     import polars  # noqa: F401
     import pyarrow  # noqa: F401
 
