@@ -178,3 +178,24 @@ def test_a_large_log_starts_the_fork_server_first_and_nothing_outlives_it(tmp_pa
         assert sigint_ignored(pid)              # a Ctrl-C is the parent's to handle, not the server's
     assert forkserver._forkserver._forkserver_pid is None
     assert not psutil.pid_exists(pid)           # stopped while still loading (no worker was ever asked for)
+
+
+def test_stopping_the_fork_server_takes_a_worker_the_pool_never_got(tmp_path: Path):
+    """A worker the server forked but the pool never recorded (a Ctrl-C between the fork and the pool's
+    bookkeeping) goes with the server: left alone it would wait for a task for ever, and hold the resource
+    tracker's pipe open so that stopping the tracker hung (seen: 2 Ctrl-C runs in 12)."""
+    import time as _time
+
+    from hangforensics.ingest import fork_server, parallel
+
+    ctx = fork_server.context(scanner=False)
+    stray = ctx.Process(target=_time.sleep, args=(600,), daemon=True)
+    stray.start()
+    pid = stray.pid
+    assert psutil.pid_exists(pid)
+    fork_server.stop()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie":
+        time.sleep(0.05)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    parallel.stop_resource_tracker()            # returns: nothing holds its pipe any more

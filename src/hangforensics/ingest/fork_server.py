@@ -74,13 +74,36 @@ def stop() -> None:
     _running = None
     server = getattr(forkserver, "_forkserver", None)
     pid = getattr(server, "_forkserver_pid", None)
-    if pid is not None:                 # its workers are gone by now: nothing of ours is lost with it
+    if pid is not None:
+        # its children are the pool's workers, joined or terminated by now, but for one whose start a
+        # Ctrl-C cut short: forked, yet never handed to the pool, it would wait for a task for ever (and
+        # keep the resource tracker's pipe open, so that stopping the tracker would hang)
+        for child in _children(pid):
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
     halt = getattr(server, "_stop", None)
     if halt is not None:
         with contextlib.suppress(Exception):
             halt()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc; none known elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        pass
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+    return found
 
 
 @contextlib.contextmanager

@@ -20,9 +20,10 @@ from .plan import Plan
 # compress, where a larger one writes them out compressed as it goes; measured on a 445 MB batch-heavy log,
 # committing every 64 MB cost a 1.2 s checkpoint at the end, 5 s more CPU in all and a 68 MB database,
 # every 256 MB none of that (44 MB database) with the writer's peak RSS 390 MB (it spills beyond its
-# memory limit).  Not more either: one commit for the whole 445 MB log saved the 0.3 s that the second
-# commit leaves to the checkpoint (it recompresses text columns: the access lines' client, method, path),
-# but the writer's peak RSS grew with the transaction (500 MB; 900 MB for 1 GB of a 2 GB log).
+# memory limit).  Not more either: the writer's peak RSS grows with the transaction (496 MB for the 445 MB
+# log in one commit; 902 MB for a 2 GB log committed every 1 GB).  What a second commit used to cost at
+# close (0.3 s: the checkpoint's vacuum recompressed the access lines' text) the load's own checkpoint
+# now avoids (``pipeline._loader_settings``).
 COMMIT_BYTES = 256 * 1024 * 1024
 
 

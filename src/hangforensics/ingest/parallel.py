@@ -218,7 +218,7 @@ def worker_pool(jobs: int, scanner: bool = False) -> Iterator[_Pool]:
 
     Workers are forked by the ``fork_server`` (``scanner``: with the compiled scanner loaded, for large
     logs), started here unless it runs already, so that it loads while the parent splits the logs."""
-    with _workers_ignore_ctrl_c():          # what the server has (signal mask, environment), workers inherit
+    with _workers_ignore_ctrl_c():          # the server's environment (polars' threads), which workers inherit
         ctx = fork_server.context(scanner)
     with _semaphores_outlive_the_tracker():
         pool = _Pool(max_workers=jobs, mp_context=ctx)
@@ -280,9 +280,10 @@ def _semaphores_outlive_the_tracker() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _workers_ignore_ctrl_c() -> Iterator[None]:
-    """Block SIGINT while worker processes start: they inherit the blocked signal, so a Ctrl-C (sent to the
-    whole process group) stops the parent alone, which then terminates them, instead of every worker
-    printing a traceback; and a Ctrl-C pressed meanwhile reaches the parent as soon as they have started."""
+    """Block SIGINT while worker processes start, with polars on one thread each.  Forked by the fork server,
+    workers ignore SIGINT as it does (``fork_server``); spawned ones (no fork server) inherit the blocked
+    signal: either way a Ctrl-C (sent to the whole process group) stops the parent alone, which then
+    terminates them, and a Ctrl-C pressed meanwhile reaches the parent as soon as they have started."""
     with fork_server.one_polars_thread():
         if threading.current_thread() is not threading.main_thread():
             yield

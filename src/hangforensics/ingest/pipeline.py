@@ -83,13 +83,13 @@ def _loader_settings(store: Store) -> Iterator[None]:
         yield
         clean = True
     finally:
+        store.con.execute(f"SET threads = {int(threads)}")
+        store.con.execute("SET memory_limit = ?", [limit])
+        store.con.execute("SET checkpoint_threshold = ?", [threshold])
         if clean and store.path != ":memory:":
             store.con.execute("SET max_vacuum_tasks = 0")
             store.con.execute("CHECKPOINT")
         store.con.execute(f"SET max_vacuum_tasks = {int(vacuum)}")
-        store.con.execute(f"SET threads = {int(threads)}")
-        store.con.execute("SET memory_limit = ?", [limit])
-        store.con.execute("SET checkpoint_threshold = ?", [threshold])
 
 
 def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: ProgressBar | None = None,
