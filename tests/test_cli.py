@@ -156,3 +156,26 @@ def test_tar_bundle_is_unpacked_safely(engine: Path, tmp_path: Path):
         t.add(engine / "server.log", arcname="../../escaped.log")
     p = hf("report", str(evil), "-o", str(tmp_path / "r2.html"))
     assert p.returncode == 2 and "escapes" in p.stderr
+
+
+@pytest.mark.parametrize("during_ctrl_c", [True, False])
+def test_an_error_of_clean_up_after_ctrl_c_reports_the_interrupt(during_ctrl_c: bool, monkeypatch, capsys):
+    """Clean-up that fails while a Ctrl-C unwinds (a memory map still viewed, say) must not turn the user's
+    interrupt into an "internal error"; the same error without a Ctrl-C is one."""
+    from hangforensics import cli
+
+    def command(**kwargs):
+        try:
+            if during_ctrl_c:
+                raise KeyboardInterrupt
+        finally:
+            raise BufferError("cannot close exported pointers exist")
+
+    monkeypatch.setattr(cli, "app", command)
+    with pytest.raises(SystemExit) as stop:
+        cli.main()
+    err = capsys.readouterr().err
+    if during_ctrl_c:
+        assert (stop.value.code, err) == (130, "hangforensics: interrupted\n")
+    else:
+        assert stop.value.code == 3 and err.startswith("hangforensics: internal error: BufferError")

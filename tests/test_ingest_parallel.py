@@ -61,3 +61,23 @@ def test_row_dicts_become_arrow_with_every_key_any_row_has():
     assert t.column_names == ["line", "text", "thread_name"]
     assert t.column("thread_name").to_pylist() == [None, "MainThread"]
     assert batch_to_arrow([]) is None
+
+
+def test_counting_a_ranges_lines_counts_them_and_a_ctrl_c_inside_stays_a_ctrl_c(tmp_path: Path, monkeypatch):
+    """The count reads a memory map through a numpy view: interrupted, it must raise the KeyboardInterrupt, not
+    the BufferError of closing a map a view still holds (the CLI then said "internal error", not
+    "interrupted")."""
+    import numpy as np
+    import pytest
+
+    log = tmp_path / "a.log"
+    log.write_bytes(b"one\ntwo\nthree\nfour")
+    piece = FileJob("e", log, "a.log", "sglang", start_offset=4, end_offset=log.stat().st_size)
+    assert parallel.count_lines(piece) == 2
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "count_nonzero", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        parallel.count_lines(piece)

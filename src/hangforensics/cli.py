@@ -268,11 +268,19 @@ def _root(
 
 
 def _interrupted(e: BaseException) -> bool:
-    """A Ctrl-C that reached DuckDB in the middle of a statement: it ends the statement with this error
-    instead of letting KeyboardInterrupt through."""
-    if type(e).__name__ == "InterruptException":
-        return True
-    return isinstance(e, RuntimeError) and str(e).startswith("Query interrupted")
+    """A Ctrl-C that reached DuckDB in the middle of a statement (it ends the statement with this error
+    instead of letting KeyboardInterrupt through), or an error of clean-up code run while a Ctrl-C unwound
+    (its ``__context__`` chain holds the KeyboardInterrupt): the user stopped the command, nothing broke."""
+    seen: set[int] = set()
+    at: BaseException | None = e
+    while at is not None and id(at) not in seen:
+        if isinstance(at, KeyboardInterrupt) or type(at).__name__ == "InterruptException":
+            return True
+        if isinstance(at, RuntimeError) and str(at).startswith("Query interrupted"):
+            return True
+        seen.add(id(at))
+        at = at.__context__
+    return False
 
 
 def main() -> None:

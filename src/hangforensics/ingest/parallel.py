@@ -88,12 +88,18 @@ def count_lines(piece: FileJob) -> int:
     start, end = piece.start_offset, piece.end_offset or 0
     if end <= start:
         return 0
-    with piece.abs_path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        data = np.frombuffer(mm, np.uint8)
-        lines = 0
-        for at in range(start, end, 16 * 1024 * 1024):
-            lines += int(np.count_nonzero(data[at:min(at + 16 * 1024 * 1024, end)] == 10))
-        del data
+    with piece.abs_path.open("rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        lines, data = 0, np.frombuffer(mm, np.uint8)
+        try:
+            for at in range(start, end, 16 * 1024 * 1024):
+                lines += int(np.count_nonzero(data[at:min(at + 16 * 1024 * 1024, end)] == 10))
+        finally:
+            # a Ctrl-C inside the loop leaves a view in its traceback: closing then would raise BufferError
+            # in place of the KeyboardInterrupt; the map is unmapped when the last view goes
+            del data
+            with contextlib.suppress(BufferError):
+                mm.close()
     return lines
 
 
