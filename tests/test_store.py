@@ -43,3 +43,23 @@ def test_clock_offset_is_applied_by_the_views(tmp_path):
         assert str(st.scalar("SELECT ts FROM t_batches")) == "2026-01-01 10:00:40"
     with Store(db) as st:  # reopening keeps the data and the version
         assert st.scalar("SELECT count(*) FROM batches") == 1
+
+
+def test_an_appended_arrow_table_is_let_go_before_the_transaction_ends(tmp_path):
+    """A large log is loaded in transactions of 256 MB of spilled batches: DuckDB must not keep each
+    appended table alive until the commit (a registered view did: the writer's memory grew by them all)."""
+    import gc
+
+    import pyarrow as pa
+
+    with Store(tmp_path / "db.duckdb") as st:
+        base = pa.total_allocated_bytes()
+        with st.transaction():
+            for _ in range(3):
+                rows = pa.table({"engine": pa.array(["e"] * 200_000), "path": pa.array(["e/x.log"] * 200_000),
+                                 "line": pa.array(range(200_000), pa.int64())})
+                assert st.append("batches", rows) == 200_000
+                del rows
+                gc.collect()
+                assert pa.total_allocated_bytes() - base < 1_000_000, "the appended table is still held"
+        assert st.scalar("SELECT count(*) FROM batches") == 600_000
