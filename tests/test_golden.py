@@ -192,3 +192,104 @@ def test_scanner_ranks_equal_the_general_parser(tmp_path, monkeypatch: pytest.Mo
     assert len(fast[0]) == 1600 and len(fast[1]) == 800
     assert len({r["rank"] for r in fast[0]}) == min(distinct, 1100)
     assert fast[0][0]["rank"] == "DP0 TP1" and fast[0][0]["line"] == 2
+
+
+# -- the scanner against the general parser, line by line, on generated batch, access and prefix variants --
+_RANK_NAMES = ["DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP"]
+_BAD_RANK_NAMES = ["ATTN_C", "MOE_D", "DQ", "T", "tp", "EPX", "AP", "MP", "E"]
+_KEYS = ["#new-seq", "#new-token", "#cached-token", "#running-req", "#queue-req", "#token", "#full token",
+         "token usage", "full token usage", "swa token usage", "mamba usage", "gen throughput (token/s)",
+         "input throughput (token/s)", "accept len", "accept rate", "cuda graph", "cpu graph", "#prealloc-req",
+         "#transfer-req", "#pending-token"]
+_BAD_KEYS = ["#running-req ", "#token:", "token usage, x", "#queue", " #token", "Token usage"]
+_VALUES = ["0", "17", "-3", "007", "1.5", "0.04", "-0.5", "123456789012345", "True", "False"]
+_BAD_VALUES = [" 12", "12 ", "", ".5", "5.", "1e5", "1/2", "9:9", "99999999999999999999", "1234567890123456",
+               "Tru", "nan", "1,5", "0.0000000000000000000001", "12a", "\u0661\u0662", "+3", "--1", "0x1F", "1.2.3",
+               "\x0b7", "7\x0e", "\t8", "9\x0c"]
+_BAD_STAMP_BYTES = "/:;,.- a0`"            # the bytes next to the digits, and others
+
+
+def _generated_line(r) -> str:
+    """An SGLang batch, access or other line, each part right most of the time and now and then wrong in one
+    way the scanner must notice (a byte next to a digit, a rank name it does not know, a value it cannot
+    type, a key that is nearly one)."""
+    def pick(good: list[str], bad: list[str], p_bad: float = 0.15) -> str:
+        return r.choice(bad) if r.random() < p_bad else r.choice(good)
+
+    stamp = f"{r.choice(['2026', '2024', '1999'])}-{r.randint(1, 12):02d}-{r.randint(1, 31):02d} " \
+            f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}"
+    if r.random() < 0.1:
+        k = r.randrange(len(stamp))
+        stamp = stamp[:k] + r.choice(_BAD_STAMP_BYTES) + stamp[k + 1:]
+    if r.random() < 0.03:
+        stamp = r.choice(["2026-02-29 10:00:00", "2026-13-01 00:00:00", "2026-01-01 24:00:00", "0000-01-01 00:00:00"])
+    ranks = "".join(f" {pick(_RANK_NAMES, _BAD_RANK_NAMES, 0.08)}{r.choice(['0', '3', '12', '12', '', 'x'][:5 if r.random() < 0.9 else 6])}"
+                    for _ in range(r.choice([0, 1, 1, 1, 2, 3])))
+    prefix = f"[{stamp}{ranks}]{r.choice([' '] * 12 + ['', '  '])}"
+    kind = r.random()
+    if kind < 0.6:
+        head = r.choice(["Decode batch", "Prefill batch", "Decode batch [812]"] * 4 +
+                        ["Decode batch []", "Prefill batch [x]", "Decode  batch", "Decode batch [12"])
+        fields = [f"{pick(_KEYS, _BAD_KEYS, 0.05)}{r.choice([': '] * 20 + [':', ' : '])}{pick(_VALUES, _BAD_VALUES, 0.1)}"
+                  for _ in range(r.randint(0, 9))]
+        msg = head + r.choice([", "] * 6 + [". ", ",", " "]) + r.choice([", "] * 12 + [",", " ,"]).join(fields) + \
+            r.choice(["", "", ", ", ",", " "])
+    elif kind < 0.9:
+        msg = (f"{pick(['INFO', 'WARNING', 'ERROR'], ['INF', 'info'], 0.05)}:{r.choice(['     '] * 6 + [' ', ''])}"
+               f"10.0.{r.randint(0, 9)}.1:5{r.randint(0, 99)}{r.choice([' - '] * 12 + [' -'])}\""
+               f"{pick(['GET', 'POST'], ['get', '', 'P0ST'], 0.05)} "
+               f"{pick(['/health', '/v1/chat/completions', '/generate'], ['/a b', ''], 0.05)} "
+               f"HTTP/{pick(['1.1', '2'], ['', 'x', '1.1a'], 0.05)}\" {pick(['200', '503'], ['20', '2000', 'abc'], 0.05)} OK")
+    else:
+        msg = r.choice(["Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "Load weight end.",
+                        "x [2026-01-01 00:00:00 TP1] y", "Decode batch", "", "INFO: text"])
+    line = prefix + msg
+    if r.random() < 0.01:                       # another record's prefix after the start: an interleaving
+        k = r.randrange(1, len(line) + 1)
+        line = line[:k] + f"[2026-01-01 00:00:0{r.randint(0, 9)} TP1] " + line[k:]
+    if r.random() < 0.005:
+        line += "\u00e9"                         # not ASCII
+    return line
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_scanner_reads_every_generated_line_as_the_general_parser_does(tmp_path, seed: int) -> None:
+    """Both readings of the same lines give the same rows: the scanner takes a line only where it is certain,
+    and types each value exactly as the general parser's regexes and casts do."""
+    import random
+
+    from hangforensics import api
+    from hangforensics.store import Store
+
+    r = random.Random(seed)
+    (tmp_path / "e").mkdir()
+    # the last line a true record start: the reader ends a chunk before the last line that looks like one
+    # (a date after '['), and a line the parser does not take for a start (a rank it does not know) is then
+    # a continuation or unparsed depending on which side of that cut it falls, in the general path alone
+    lines = [_generated_line(r) for _ in range(4000)] + ["[2026-01-01 00:00:00] Load weight end."]
+    (tmp_path / "e" / "server.log").write_text("\n".join(lines) + "\n")
+    got = {}
+    for scan_min in ("0", str(1 << 40)):
+        os.environ["HANGFORENSICS_SCAN_MIN_BYTES"] = scan_min
+        try:
+            api.ingest([tmp_path / "e"], tmp_path / f"{scan_min}.duckdb")
+        finally:
+            del os.environ["HANGFORENSICS_SCAN_MIN_BYTES"]
+        with Store(tmp_path / f"{scan_min}.duckdb", read_only=True) as st:
+            got[scan_min] = {t: st.con.sql(f"SELECT * EXCLUDE (engine) FROM {t} ORDER BY line").to_arrow_table()
+                             for t in ("batches", "http_requests", "events", "unparsed")}
+    fast, general = got["0"], got[str(1 << 40)]
+    assert fast["batches"].num_rows > 500 and fast["http_requests"].num_rows > 300   # the scanner had work
+    bad = {t: first_difference(_nan_named(fast[t]), _nan_named(general[t])) for t in fast}
+    assert set(bad.values()) == {"equal"}, "\n".join(f"{t}: {d}" for t, d in bad.items() if d != "equal")
+
+
+def _nan_named(t: pa.Table) -> pa.Table:
+    """``t`` with NaN spelled "NaN" (a NaN equals nothing, itself included)."""
+    import pyarrow.compute as pc
+
+    for i, field in enumerate(t.schema):
+        if pa.types.is_floating(field.type):
+            col = t.column(i)
+            t = t.set_column(i, field.name, pc.if_else(pc.is_nan(col), "NaN", pc.cast(col, pa.string())))
+    return t
