@@ -201,7 +201,8 @@ _KEYS = ["#new-seq", "#new-token", "#cached-token", "#running-req", "#queue-req"
          "token usage", "full token usage", "swa token usage", "mamba usage", "gen throughput (token/s)",
          "input throughput (token/s)", "accept len", "accept rate", "cuda graph", "cpu graph", "#prealloc-req",
          "#transfer-req", "#pending-token"]
-_BAD_KEYS = ["#running-req ", "#token:", "token usage, x", "#queue", " #token", "Token usage"]
+_BAD_KEYS = ["#running-req ", "#token:", "token usage, x", "#queue", " #token", "Token usage", "#tokex", "token usagx",
+             "#new-sex", "accept lem"]
 _VALUES = ["0", "17", "-3", "007", "1.5", "0.04", "-0.5", "123456789012345", "True", "False"]
 _BAD_VALUES = [" 12", "12 ", "", ".5", "5.", "1e5", "1/2", "9:9", "99999999999999999999", "1234567890123456",
                "Tru", "nan", "1,5", "0.0000000000000000000001", "12a", "\u0661\u0662", "+3", "--1", "0x1F", "1.2.3",

@@ -71,12 +71,13 @@ KEY_BYTES, KEY_OFFS, KEY_SLOTS = _key_table()
 
 
 def _key_lut() -> tuple[np.ndarray, np.ndarray]:
-    """First key of each (length, first byte), and the next key of the same length and first byte."""
-    lut = np.full((64, 128), -1, np.int64)
+    """First key of each (first byte, second byte), and the next key with the same two."""
+    lut = np.full((128, 128), -1, np.int64)
     nxt = np.full(len(KEY_SLOTS), -1, np.int64)
     for j in range(len(KEY_SLOTS) - 1, -1, -1):
-        n, b = KEY_OFFS[j + 1] - KEY_OFFS[j], KEY_BYTES[KEY_OFFS[j]]
-        nxt[j], lut[n, b] = lut[n, b], j
+        a, b = KEY_BYTES[KEY_OFFS[j]], KEY_BYTES[KEY_OFFS[j] + 1]
+        assert KEY_OFFS[j + 1] - KEY_OFFS[j] >= 2 and a < 128 and b < 128 and b": " not in KEY_BYTES[KEY_OFFS[j]:KEY_OFFS[j + 1]].tobytes()
+        nxt[j], lut[a, b] = lut[a, b], j
     return lut, nxt
 
 
@@ -289,21 +290,22 @@ def _batch(buf, ms: int, end: int, ival, ist, fval, fst, graph, flags, row: int)
     done = 0                                    # bit per slot: its value was taken
     c = head
     while c < rse:                              # each field start: after the head, or after ', '
-        e = c                                   # the first ': ' (the key before it) and the next ', '
-        n = -1
-        while e + 1 < rse:
-            ch = buf[e]
-            if ch == 58:
-                if buf[e + 1] == 32:
-                    break
-            elif ch == 44 and n < 0 and buf[e + 1] == 32:
-                n = e
-            e += 1
-        if e + 1 < rse:                         # key buf[c:e] followed by ': '
-            slot = _slot(buf, c, e)
+        slot, e = _known_key(buf, c, rse)       # a column's key and the ': ' after it
+        n = -1                                  # the next ', ' (found on the way)
+        if slot < 0:                            # another key: its first ': ', and any ', ' before it
+            e = c
+            while e + 1 < rse:
+                ch = buf[e]
+                if ch == 58:
+                    if buf[e + 1] == 32:
+                        break
+                elif ch == 44 and n < 0 and buf[e + 1] == 32:
+                    n = e
+                e += 1
+        else:
             if slot >= PD_SLOT:
                 flags[row, 1] = 1               # a PD queue counter: pending_req is their sum
-            if slot >= 0 and not (done >> slot) & 1:
+            if not (done >> slot) & 1:
                 v0 = e + 2
                 v1 = v0
                 while v1 < rse and buf[v1] != 44:
@@ -339,20 +341,24 @@ def _batch(buf, ms: int, end: int, ival, ist, fval, fst, graph, flags, row: int)
 
 
 @njit(inline="always")
-def _slot(buf, c: int, e: int) -> int:
-    """Column slot of the key buf[c:e], or -1."""
-    if e - c >= 64 or buf[c] >= 128:
-        return -1
-    j = KEY_LUT[e - c, buf[c]]
+def _known_key(buf, c: int, rse: int):
+    """(slot, end) of the column key at ``c`` when ': ' follows it (the key then ends at the first ': ' from
+    ``c``, as the regex reads it: no key holds one), else (-1, c).  Keys are found by their first two bytes,
+    without a pass over the field to its ': ' first."""
+    if c + 1 >= rse or buf[c] >= 128 or buf[c + 1] >= 128:
+        return -1, c
+    j = KEY_LUT[buf[c], buf[c + 1]]
     while j >= 0:
         ka, kb = KEY_OFFS[j], KEY_OFFS[j + 1]
-        same = True
-        for k in range(kb - ka):
-            same &= buf[c + k] == KEY_BYTES[ka + k]
-        if same:
-            return KEY_SLOTS[j]
+        e = c + kb - ka
+        if e + 1 < rse and buf[e] == 58 and buf[e + 1] == 32:
+            same = True
+            for k in range(2, kb - ka):
+                same &= buf[c + k] == KEY_BYTES[ka + k]
+            if same:
+                return KEY_SLOTS[j], e
         j = KEY_NEXT[j]
-    return -1
+    return -1, c
 
 
 @njit(inline="always")
