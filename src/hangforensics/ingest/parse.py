@@ -129,7 +129,7 @@ def _parse_payload(pay: Payload, ctx: Any) -> Any:
 def _counted(done: list[Any], ctx: Any, out: FileOutcome, resumable: bool) -> Iterator[tuple[Any, bool]]:
     """Parsed batches with their counts and notes added to ``out``, as ``_parse_log`` yields them: only the
     last may be a resume point (``out.read_bytes`` is past them all)."""
-    from ..parsers.sglang_log import newest_release
+    from ..parsers.sglang_patterns import newest_release
 
     for k, parsed in enumerate(done):
         out.release = ctx.release = newest_release(out.release, parsed.release)

@@ -34,6 +34,7 @@ from .sglang_patterns import (
     PREFIX_HEAD,
     RELEASE_ORDER,
     RELEASE_TRAITS,
+    newest_release,
 )
 from .sglang_records import Record, RecordRows, handle, leading_dump
 
@@ -75,11 +76,6 @@ class Parsed:
 # that went backwards (NTP step, a container restart on another clock, lines pasted out of order).
 BACKWARDS_S = 2.0
 
-
-
-def newest_release(*releases: str | None) -> str | None:
-    known = [r for r in releases if r]
-    return min(known, key=RELEASE_ORDER.index) if known else None
 
 
 def release_of(msgs: pl.Series, known: str | None = None) -> str | None:

@@ -96,6 +96,12 @@ RELEASE_TRAITS = [
 RELEASE_ORDER = [r for r, _ in RELEASE_TRAITS]
 
 
+def newest_release(*releases: str | None) -> str | None:
+    """The newest of the release families named (None: none named)."""
+    known = [r for r in releases if r]
+    return min(known, key=RELEASE_ORDER.index) if known else None
+
+
 # The prefix without its message: validated by one anchored regex (cheap: it fails at the first byte of
 # most non-prefixed lines), while the message is cut with a literal find, not a capture of '.*'.
 PREFIX_HEAD = (
