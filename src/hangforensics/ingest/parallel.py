@@ -99,8 +99,9 @@ def count_lines(piece: FileJob) -> int:
                 stop = min(at + COUNT_WINDOW, end)
                 lines += int(np.count_nonzero(data[at:stop] == 10))
                 # the window's pages leave this process (not the page cache): else its resident memory grows
-                # by the whole log while counting
-                mm.madvise(mmap.MADV_DONTNEED, at - at % mmap.PAGESIZE, stop - (at - at % mmap.PAGESIZE))
+                # by the whole log while counting (no madvise on Windows)
+                if hasattr(mm, "madvise"):
+                    mm.madvise(mmap.MADV_DONTNEED, at - at % mmap.PAGESIZE, stop - (at - at % mmap.PAGESIZE))
         finally:
             # a Ctrl-C inside the loop leaves a view in its traceback: closing then would raise BufferError
             # in place of the KeyboardInterrupt; the map is unmapped when the last view goes
