@@ -311,7 +311,7 @@ def _batch(buf, ms: int, end: int, ival, ist, fval, fst, graph, flags, row: int)
                 v1 = v0
                 while v1 < rse and buf[v1] != 44:
                     v1 += 1
-                if n < 0 and v1 + 1 < rse and buf[v1 + 1] == 32:
+                if v1 + 1 < rse and buf[v1 + 1] == 32:
                     n = v1                      # no ',' between ': ' and v1: the next ', ' is there
                 st = 0
                 if slot == GRAPH_SLOT:
