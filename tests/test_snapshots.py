@@ -76,7 +76,7 @@ def test_a_bundle_in_a_fleet_strips_the_engine_folder(tmp_path: Path):
     fleet = tmp_path / "fleet"
     Bundle({"TP0": stuck(BROADCAST, 2)}, engine="node3").write(fleet)
     LogWriter().startup().traffic(10, 60).write(fleet / "node4")
-    st, _ = analyze(fleet)
+    st, _ = analyze(fleet, mode="fleet")        # node3 holds no server log: not plainly a fleet to the guess
     row = st.query("SELECT engine, path, ts, ts_basis FROM stacks WHERE path LIKE '%round2%'")[0]
     assert row == {"engine": "node3", "path": "node3/pyspy/round2/TP0-4100.txt",
                    "ts": WALL + timedelta(seconds=5, milliseconds=90), "ts_basis": "manifest"}

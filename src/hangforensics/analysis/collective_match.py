@@ -359,5 +359,21 @@ def _absent(g: _Group, rows: list[CollectiveRow], reporters: set[int], infer: bo
     if not odd:
         return None
     said = _clauses(sorted(odd.values(), key=lambda o: o.rank))
+    # Flight Recorder entries are dated when enqueued; other sources' times are when the failure was seen
+    since = _waiting_since(rows, present) if g.source == "flight_recorder" else None
+    if since is not None:
+        said += f"; the others wait since {since:%H:%M:%S.%f}"[:-3] + " (their earliest pending collective)"
     return g.verdict(VerdictKind.ABSENT, "", sorted(odd.values(), key=lambda o: o.rank), None, None,
-                     sorted(present), None, said)
+                     sorted(present), since, said)
+
+
+def _waiting_since(rows: list[CollectiveRow], present: set[int]) -> datetime | None:
+    """When the reporting ranks entered the collective they wait in (its earliest record's time): from then
+    on the group waited for the absent member.  None when no reporter waits or no time is recorded."""
+    by_rank: dict[int, list[CollectiveRow]] = defaultdict(list)
+    for r in rows:
+        if r.rank in present and not r.p2p:
+            by_rank[r.rank].append(r)
+    times = [pos.row.ts for rs in by_rank.values()
+             if (pos := rank_position(rs)) is not None and pos.pending and pos.row.ts is not None]
+    return min(times, default=None)

@@ -117,7 +117,7 @@ class EngineEvidence:
 def engine_evidence(store: Store, engine: str) -> EngineEvidence:
     stalled = bool(store.scalar("SELECT count(*) FROM stalls WHERE engine = ?", [engine]))
     caps = captures(main_stacks(store, engine))
-    desync = {r["capture"] for r in store.query("SELECT capture FROM desyncs WHERE engine = ?", [engine])}
+    desync = {r["capture"] for r in store.query("SELECT capture FROM desyncs WHERE engine = ? AND kind IS DISTINCT FROM 'absent'", [engine])}
     colls = {(r["capture"], r["rank"]): r for r in store.query(
         "SELECT capture, rank, collective FROM rank_collectives WHERE engine = ?", [engine])} if caps else {}
     vllm = store.scalar(

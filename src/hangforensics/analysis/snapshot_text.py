@@ -123,7 +123,7 @@ def round_desyncs(store: Store, engine: str, rows: list[dict[str, Any]], series:
         n = min(r["unchanged"] for r in waiting)
         idx = _capture_index(store, engine, [r["dump_id"] for r in crows if r["dump_id"]])
         existing = idx is not None and store.scalar(
-            "SELECT count(*) FROM desyncs WHERE engine = ? AND capture = ?", [engine, idx])
+            "SELECT count(*) FROM desyncs WHERE engine = ? AND capture = ? AND kind IS DISTINCT FROM 'absent'", [engine, idx])
         if existing:
             store.con.execute(
                 "UPDATE desyncs SET detail = detail || ? WHERE engine = ? AND capture = ?",

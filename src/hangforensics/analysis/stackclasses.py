@@ -42,7 +42,20 @@ COLLECTIVES = {
     "gather", "scatter", "reduce", "broadcast_object_list", "all_gather_object", "gather_object",
     "scatter_object_list", "send_object_list", "recv_object_list", "batch_isend_irecv",
     "ncclAllReduce", "ncclBroadcast", "ncclAllGather", "ncclReduceScatter", "ncclSend", "ncclRecv",
+    # SGLang's object collectives and NCCL's collective registration (every rank must enter it together)
+    "broadcast_pyobj", "ncclCommWindowRegister", "ncclCommRegister", "_register_segments_for_comm",
 }
+# NCCL's collective buffer registration, seen from Python (_register_segments_for_comm) or natively: every
+# rank enters it together, so one collective whatever frame a dump shows of it (its call site says nothing:
+# the allocator or the symmetric-memory context, cut at any depth).
+REGISTRATION = {"ncclCommWindowRegister", "ncclCommRegister", "_register_segments_for_comm"}
+REGISTRATION_NAME = "ncclCommWindowRegister"
+# Collectives that are themselves the call site of the torch collective under them (SGLang's per-iteration
+# request broadcast is told by this name).
+SITE_COLLECTIVES = {"broadcast_pyobj"}
+# gloo's native collectives (a gdb / py-spy --native stack of ProcessGroupGloo): 'gloo::allreduce(...)'
+GLOO_NATIVE_RE = re.compile(r"\bgloo::(allreduce|allgather|allgatherv|broadcast|barrier|reduce|reduce_scatter|"
+                            r"alltoall|alltoallv|gather|scatter)\b")
 # Frames between a collective and its real caller.
 WRAPPERS = re.compile(r"(^|\.)(wrapper|_exception_logger\.<locals>\.wrapper|decorate_context|inner|_fn|"
                       r"__call__|_call_impl|_wrapped_call_impl)$")
@@ -126,28 +139,61 @@ def dumped_threads(store: Store, engine: str, where: str = "TRUE") -> dict[str, 
     return by_dump
 
 
+def _as_stack(t: dict, flight_recorder: bool = False) -> RankStack:
+    return RankStack(t["rank"], t["dump_id"], t["ts"], t["thread_state"] or "", t["frames"], t["path"],
+                     t["line"], t["pid"], flight_recorder)
+
+
+def _main_thread(threads: list[dict]) -> dict | None:
+    main = [t for t in threads if t["thread_name"] == "MainThread"] or \
+           [t for t in threads if t["pid"] is not None and str(t["pid"]) == str(t["thread_id"])] or \
+           [t for t in threads if t["frames"] and t["frames"][-1]["function"] == "<module>"] or \
+           (threads if len(threads) == 1 and not threads[0]["thread_name"] else [])
+    return main[0] if main else None
+
+
+def position_thread(threads: list[dict]) -> dict | None:
+    """The thread that says where a process stands (interface.md §3 "Where a rank is"): the one waiting in
+    a collective, whichever thread that is (SGLang's overlap scheduler runs the forward pass and its
+    collectives in ``forward_thread_func`` while MainThread waits on a queue), else its main thread.
+    Of several threads in collectives the main thread wins, then the first dumped."""
+    waiting = [t for t in threads if collective_of(_as_stack(t))[0] is not None]
+    main = _main_thread(threads)
+    if waiting:
+        return main if main in waiting else waiting[0]
+    return main
+
+
 def main_stacks(store: Store, engine: str) -> list[RankStack]:
-    by_dump = dumped_threads(store, engine, "s.rank <> ''")
+    """One stack per dumped process: where it stands (:func:`position_thread`).
+
+    A process no label names (a py-spy dump of a plain ``python train.py``) still takes part, as
+    ``pid<N>`` (interface.md §3), when it waits in a collective: a process that does not is no rank
+    anyone compares (a tokenizer, the launcher)."""
+    by_dump = dumped_threads(store, engine, "s.rank <> '' OR s.pid IS NOT NULL")
     out = []
     for threads in by_dump.values():
         fr = [t for t in threads if t["format"] == "flight_recorder"]
-        # a dump's entry the rank waits in (its newest such), else its newest one
-        main = sorted(fr, key=lambda t: (t["thread_state"] in FR_PENDING, t["line"] or 0), reverse=True)[:1] or \
-               [t for t in threads if t["thread_name"] == "MainThread"] or \
-               [t for t in threads if t["pid"] is not None and str(t["pid"]) == str(t["thread_id"])] or \
-               [t for t in threads if t["frames"] and t["frames"][-1]["function"] == "<module>"] or \
-               (threads if len(threads) == 1 and not threads[0]["thread_name"] else [])
-        if not main:
+        if fr:
+            # a dump's entry the rank waits in (its newest such), else its newest one
+            t = sorted(fr, key=lambda t: (t["thread_state"] in FR_PENDING, t["line"] or 0), reverse=True)[0]
+            if t["rank"]:
+                out.append(_as_stack(t, True))
             continue
-        t = main[0]
-        out.append(RankStack(t["rank"], t["dump_id"], t["ts"], t["thread_state"] or "", t["frames"], t["path"],
-                             t["line"], t["pid"], bool(fr)))
+        t = position_thread(threads)
+        if t is None:
+            continue
+        if not t["rank"]:
+            if t["pid"] is None or collective_of(_as_stack(t))[0] is None:
+                continue
+            t = {**t, "rank": f"pid{t['pid']}"}
+        out.append(_as_stack(t))
     return out
 
 
-def captures(stacks: list[RankStack]) -> list[list[RankStack]]:
-    """Group dumps taken close together; within a capture keep the latest dump per rank.  Flight Recorder
-    stacks are captures of their own (another rank naming, and another kind of snapshot)."""
+def capture_groups(stacks: list[RankStack]) -> list[list[RankStack]]:
+    """Dumps taken close together, every round kept (oldest first).  Flight Recorder stacks are groups of
+    their own (another rank naming, and another kind of snapshot)."""
     stacks = sorted(stacks, key=lambda s: (s.flight_recorder, s.ts or datetime.min))
     groups: list[list[RankStack]] = []
     for s in stacks:
@@ -157,8 +203,13 @@ def captures(stacks: list[RankStack]) -> list[list[RankStack]]:
             groups[-1].append(s)
         else:
             groups.append([s])
+    return groups
+
+
+def captures(stacks: list[RankStack]) -> list[list[RankStack]]:
+    """Group dumps taken close together; within a capture keep the latest dump per rank."""
     out = []
-    for g in groups:
+    for g in capture_groups(stacks):
         latest: dict[str, RankStack] = {}
         for s in g:
             latest[s.rank] = s
@@ -182,13 +233,20 @@ def collective_of(stack: RankStack) -> tuple[str | None, str | None]:
     frames = stack.frames
     for i, f in enumerate(frames):
         name = leaf_name(f["function"])
-        if name in COLLECTIVES and not f["native"] or name.startswith("nccl") and name in COLLECTIVES:
-            for g in frames[i + 1:]:
-                gname = g["function"]
-                if leaf_name(gname) in COLLECTIVES or WRAPPERS.search(gname) or ADDRESS_RE.match(gname):
-                    continue
-                return name, gname
-            return name, None
+        gloo = GLOO_NATIVE_RE.search(f["function"]) if f["native"] else None
+        if name in REGISTRATION:
+            return REGISTRATION_NAME, None
+        if gloo:
+            name = gloo.group(1)
+        elif not (name in COLLECTIVES and (not f["native"] or name.startswith("nccl"))):
+            continue
+        for g in frames[i + 1:]:
+            gname = g["function"]
+            if leaf_name(gname) in COLLECTIVES - SITE_COLLECTIVES or WRAPPERS.search(gname) or ADDRESS_RE.match(gname) or \
+                    (g["native"] and GLOO_NATIVE_RE.search(gname)):
+                continue
+            return name, gname
+        return name, None
     return None, None
 
 
@@ -197,6 +255,7 @@ def build(store: Store, engine: str) -> tuple[list[dict], list[dict], list[dict]
     class_rows: list[dict] = []
     coll_rows: list[dict] = []
     desyncs: list[dict] = []
+    groups_all = capture_groups(main_stacks(store, engine))
     for ci, cap in enumerate(captures(main_stacks(store, engine))):
         ts = max((s.ts for s in cap if s.ts), default=None)
         # prefix tree
@@ -232,15 +291,19 @@ def build(store: Store, engine: str) -> tuple[list[dict], list[dict], list[dict]
         if any(s.flight_recorder for s in cap):
             continue                 # the dumps' desync is the collective matcher's, judged once per group
         waiting = [r for r in per_rank if r["collective"]]
-        groups: dict[tuple, list[dict]] = defaultdict(list)
-        for r in waiting:
-            groups[(r["collective"], r["call_site"])].append(r)
+        groups = _by_position(waiting)
+        if len(groups) == 1:
+            absent = _absent_from_collective(engine, ci, groups_all[ci], next(iter(groups)))
+            if absent:
+                desyncs.append(absent)
         if len(groups) < 2:
             continue
         ordered = sorted(groups.items(), key=lambda kv: (len(kv[1]),
                                                         bool(PER_ITERATION_SITES.search(kv[0][1] or ""))))
         majority_key, majority = max(groups.items(), key=lambda kv: (len(kv[1]),
                                                                      bool(PER_ITERATION_SITES.search(kv[0][1] or ""))))
+        if not _decided(groups, majority_key):
+            continue
         minority = [(k, rs) for k, rs in ordered if k != majority_key]
         # Ranks waiting at the per-iteration sync point (recv_requests broadcast) are usually waiting *for*
         # the odd rank's next iteration: name the other minority classes when there are any.
@@ -261,8 +324,69 @@ def build(store: Store, engine: str) -> tuple[list[dict], list[dict], list[dict]
                    f"iteration." if followers else "")
                 + (f" ({', '.join(others)} in no collective: not counted.)" if others else "")),
             "evidence": [{"file": r["path"], "line": r["line"]} for r in odd + majority[:2]],
+            "kind": "desync",
         })
     return class_rows, coll_rows, desyncs
+
+
+def _by_position(waiting: list[dict]) -> dict[tuple, list[dict]]:
+    """Ranks by (collective, call site).  A dump cut right above its collective names no call site: it joins
+    the one class in that collective, where there is exactly one (a cut stack is no other position)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in waiting:
+        groups[(r["collective"], r["call_site"])].append(r)
+    for (coll, site) in [k for k in groups if k[1] is None]:
+        same = [k for k in groups if k[0] == coll and k[1] is not None]
+        if len(same) == 1:
+            groups[same[0]].extend(groups.pop((coll, site)))
+    return groups
+
+
+def _decided(groups: dict[tuple, list[dict]], majority_key: tuple) -> bool:
+    """A majority to measure the odd ranks against: the largest class, or, on a tie, the per-iteration
+    broadcast (its ranks wait for the others' next iteration).  Another tie names nobody."""
+    top = len(groups[majority_key])
+    tied = [k for k, rs in groups.items() if len(rs) == top]
+    if len(tied) == 1:
+        return True
+    per_iteration = [k for k in tied if PER_ITERATION_SITES.search(k[1] or "")]
+    return len(per_iteration) == 1
+
+
+def _absent_from_collective(engine: str, capture: int, rounds: list[RankStack],
+                            where: tuple[str, str | None]) -> dict | None:
+    """A rank that never reaches the collective its peers wait in: in every snapshot round of the capture
+    the other ranks wait in the same collective, from the same call site, while it is in none (busy in
+    Python, blocked in I/O or a socket).  Needs two rounds or more (one snapshot cannot tell a rank on its
+    way to the collective from one that never comes), a majority waiting, and a collective other than the
+    per-iteration broadcast (peers waiting there wait for the next request: ``desync``'s repeated-snapshot
+    case).  Returned as a ``desyncs`` row of kind ``absent``: first-rank-stopped reads it."""
+    coll, site = where
+    if PER_ITERATION_SITES.search(site or ""):
+        return None
+    by_rank: dict[str, list[RankStack]] = defaultdict(list)
+    for s in rounds:
+        by_rank[s.rank].append(s)
+    if len(by_rank) < 3 or min(len(v) for v in by_rank.values()) < 2:
+        return None
+    there = {r for r, ss in by_rank.items() if all(collective_of(s) == where for s in ss)}
+    outside = {r for r, ss in by_rank.items() if all(collective_of(s)[0] is None for s in ss)}
+    if not outside or there | outside != set(by_rank) or len(there) <= len(outside):
+        return None
+    odd = sorted(outside, key=rank_key)
+    first = min((s for r in odd for s in by_rank[r]), key=lambda s: s.ts or datetime.max)
+    doing = " ← ".join(leaf_name(f) for f in path_of(first)[::-1][:3]) or "?"
+    n = min(len(by_rank[r]) for r in odd)
+    return {
+        "engine": engine, "capture": capture, "ts": min((s.ts for r in odd for s in by_rank[r] if s.ts),
+                                                         default=None),
+        "odd_ranks": odd, "majority_ranks": sorted(there, key=rank_key),
+        "detail": (f"In all {n} snapshot rounds {compact_ranks(sorted(there))} wait in {coll}"
+                   f"{f' from {site}' if site else ''} while {compact_ranks(odd)} never entered it "
+                   f"({doing}): the others wait for {'it' if len(odd) == 1 else 'them'}."),
+        "evidence": [{"file": s.path, "line": s.line} for r in odd for s in by_rank[r]][:4],
+        "kind": "absent",
+    }
 
 
 def rebuild(store: Store, engines: list[str]) -> None:

@@ -218,7 +218,8 @@ def _entry(raw: dict, index: int, bad: Problems) -> FrEntry:
     if pg_desc == "undefined":                               # torch's placeholder for "no description"
         pg_desc = None
     prof = as_str(g("profiling_name"), where, "profiling_name", bad) or ""
-    op = re.sub(r"^[A-Za-z]+:", "", prof, count=1)
+    backend_m = re.match(r"^([A-Za-z]+):", prof)
+    op = prof[backend_m.end():] if backend_m else prof
     p2p = as_bool(g("is_p2p"), where, "is_p2p", bad)
     if p2p is None:                                          # dumps before is_p2p: the op name tells
         p2p = op.split(" ", 1)[0] in _P2P_OPS
@@ -248,8 +249,22 @@ def _entry(raw: dict, index: int, bad: Problems) -> FrEntry:
         thread_id=as_str(g("thread_id"), where, "thread_id", bad, numbers=True),
         thread_name=as_str(g("thread_name"), where, "thread_name", bad),
         frames=_frames(g("frames"), where, bad),
+        backend=backend_m.group(1).lower() if backend_m else None,
     )
 
+
+def _alias_unnamed_group(groups: dict[str, FrGroup], entries: list[FrEntry]) -> dict[str, FrGroup]:
+    """Tie a ``pg_config`` item to the entries' group when the names cannot: gloo's default group is
+    keyed ``''`` in ``pg_config`` (torch 2.13) while its entries name it ``('0', 'default_pg')``.  Only
+    a one-to-one leftover is tied (one config no entry names, one entry group no config names)."""
+    named = {e.group for e in entries} - {None}
+    spare_cfg = [k for k in groups if k not in named]
+    spare_pg = sorted(n for n in named if n not in groups)
+    if len(spare_cfg) != 1 or len(spare_pg) != 1:
+        return groups
+    cfg, pg = groups[spare_cfg[0]], spare_pg[0]
+    desc = cfg.desc or next((e.pg_desc for e in entries if e.group == pg and e.pg_desc), None)
+    return {**groups, pg: FrGroup(pg, desc, cfg.ranks)}
 
 def _groups(raw: object, bad: Problems) -> dict[str, FrGroup]:
     if not isinstance(raw, dict):
@@ -348,6 +363,7 @@ def _build(obj: dict, name: str, rank: int | None, form: str, cut: frozenset[int
     if bad.count:
         notes.append(f"{bad.count} value{'s' if bad.count > 1 else ''} of the wrong type ignored "
                      f"({'; '.join(bad.examples)}{'; …' if bad.count > len(bad.examples) else ''})")
+    groups = _alias_unnamed_group(groups, entries)
     status, unresolved = _resolve_status(status, entries, groups)
     if unresolved:
         notes.append(f"pg_status of PG ID {', '.join(unresolved)} names no group this dump can tie it to: "

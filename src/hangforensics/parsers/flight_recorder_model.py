@@ -42,11 +42,19 @@ class FrEntry:
     thread_id: str | None
     thread_name: str | None
     frames: tuple[FrFrame, ...]            # innermost first, as recorded
+    backend: str | None = None             # the profiling name's prefix: nccl, gloo (None: no prefix)
 
     @property
     def seq(self) -> int | None:
         """The counter this entry is numbered by: p2p_seq_id for send/recv, else collective_seq_id."""
         return self.p2p_seq_id if self.is_p2p else self.collective_seq_id
+
+    @property
+    def group(self) -> str | None:
+        """The process group's name; old dumps give only the id, which was also the name."""
+        if self.pg_name:
+            return self.pg_name
+        return str(self.pg_id) if self.pg_id is not None else None
 
 
 @dataclass(frozen=True, slots=True)

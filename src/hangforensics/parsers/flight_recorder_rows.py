@@ -7,18 +7,13 @@ records, this one decides what each rank's records say about the collectives it 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from . import pyspy
 from .collective_rows import CollectiveRow, rank_position, ts_from_ns
 from .flight_recorder_model import _STATE_ORDER, SOURCE, FlightRecorderDump, FrEntry, FrFrame
 
 _NATIVE_EXT = (".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".cuh")
-
-
-def _group_key(e: FrEntry) -> str | None:
-    if e.pg_name:
-        return e.pg_name
-    return str(e.pg_id) if e.pg_id is not None else None     # old dumps: the id is also the name
 
 
 def collective_rows(dump: FlightRecorderDump) -> list[CollectiveRow]:
@@ -32,7 +27,7 @@ def collective_rows(dump: FlightRecorderDump) -> list[CollectiveRow]:
     """
     merged: dict[tuple[str, str, int, str], list[FrEntry]] = {}
     for e in dump.entries:
-        pg, seq = _group_key(e), e.seq
+        pg, seq = e.group, e.seq
         if pg is None or seq is None:
             continue
         merged.setdefault((pg, "p2p" if e.is_p2p else "collective", seq, e.op), []).append(e)
@@ -49,9 +44,49 @@ def collective_rows(dump: FlightRecorderDump) -> list[CollectiveRow]:
             pg_ranks=group.ranks if group else None, seq_kind=kind,
             input_sizes=first.input_sizes, output_sizes=first.output_sizes,
             input_dtypes=first.input_dtypes, output_dtypes=first.output_dtypes, line=first.index + 1))
+    if records_no_lifecycle(dump):
+        rows = _newest_pending(dump, rows)
     rows.extend(_status_rows(dump, rows))
     rows.sort(key=lambda r: (r.pg, r.seq_kind, r.seq or 0, r.line or 0))
     return rows
+
+
+def records_no_lifecycle(dump: FlightRecorderDump) -> bool:
+    """The dump's states say nothing about progress: every entry is ``scheduled`` and none has a start or
+    completion time, while the backend is gloo (``gloo:`` profiling names) or entries were retired
+    still ``scheduled`` (ProcessGroupNCCL retires an entry only once it has completed).
+
+    ProcessGroupGloo (torch 2.13) records an entry when the work is enqueued and never updates its
+    state; after the work runs it retires it and sets ``last_completed`` to its sequence number even
+    when it failed or timed out.  So neither state nor ``pg_status`` tells a finished collective from
+    the one the rank is stuck in.
+    """
+    if not dump.entries:
+        return False
+    if any(e.state not in (None, "scheduled") or e.time_discovered_started_ns or e.time_discovered_completed_ns
+           for e in dump.entries):
+        return False
+    return any(e.backend == "gloo" for e in dump.entries) or any(e.retired for e in dump.entries)
+
+
+def _newest_pending(dump: FlightRecorderDump, rows: list[CollectiveRow]) -> list[CollectiveRow]:
+    """Where states say nothing (see :func:`records_no_lifecycle`), a thread stands at its newest entry:
+    a collective returns before the next one on that thread is enqueued, so its older entries, of any
+    group, were left behind.  Those rows are marked ``completed``, with the reason.  Entries without a
+    thread id are taken per group and counter."""
+    newest: dict[object, FrEntry] = {}
+    for e in dump.entries:
+        if e.seq is None or e.group is None:
+            continue
+        key = e.thread_id or (e.group, e.is_p2p)
+        if key not in newest or (e.time_created_ns or 0, e.index) >= (newest[key].time_created_ns or 0,
+                                                                      newest[key].index):
+            newest[key] = e
+    standing = {(e.group, "p2p" if e.is_p2p else "collective", e.seq) for e in newest.values()}
+    return [r if r.seq is None or (r.pg, r.seq_kind, r.seq) in standing else
+            replace(r, state="completed",
+                    reason="the backend records no completion: a later collective on its thread was entered")
+            for r in rows]
 
 
 def _status_rows(dump: FlightRecorderDump, rows: list[CollectiveRow]) -> list[CollectiveRow]:
@@ -99,7 +134,7 @@ def position_entries(dump: FlightRecorderDump) -> list[FrEntry]:
         if pos is None:
             continue
         at = [e for e in dump.entries
-              if not e.is_p2p and _group_key(e) == pg and e.collective_seq_id == pos.seq]
+              if not e.is_p2p and e.group == pg and e.collective_seq_id == pos.seq]
         if at:
             e = at[-1]                                  # a coalesced group ends with its 'coalesced' entry
             chosen.append((pos.pending, e.time_created_ns or 0, e))
@@ -123,7 +158,7 @@ def stack_dump(dump: FlightRecorderDump, all_entries: bool = False) -> pyspy.Dum
     chosen: Iterable[FrEntry] = dump.entries if all_entries else position_entries(dump)
     threads = []
     for e in chosen:
-        pg = _group_key(e) or "?"
+        pg = e.group or "?"
         what = f"{e.op or '?'} #{e.seq if e.seq is not None else '?'} in pg {pg}" + \
             (f"({e.pg_desc})" if e.pg_desc else "") + (f", {e.state}" if e.state else "")
         threads.append(pyspy.Thread(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from .archives import ARCHIVE_SUFFIXES, unpack_archive
+from .kinds import detect_kind
 
 ROTATION_RE = re.compile(r"^(?P<base>.+?)\.(?P<n>\d+)(?:\.gz)?$")
 
@@ -45,12 +46,26 @@ def _files_under(root: Path) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
+def _holds_server_log(folder: Path) -> bool:
+    """A server log anywhere below ``folder`` (its kind sniffed from content, as ingest will)."""
+    return any(detect_kind(f) == "server_log" for f in _files_under(folder))
+
+
 def is_fleet(path: Path) -> bool:
-    """A folder with no evidence file of its own whose subfolders hold evidence."""
+    """Plainly a folder of engines (interface.md §1): no evidence file of its own, and two or more of its
+    immediate subfolders each hold a server log of their own.  An operator's incident folder
+    (``logs/``, ``pyspy/``, ``fr/``, a bundle beside them) is one engine, and so is a folder with a
+    single subfolder."""
     own = [p for p in path.iterdir() if _is_evidence_file(p)]
     if own:
         return False
-    return any(d.is_dir() and _files_under(d) for d in path.iterdir())
+    with_logs = 0
+    for d in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if _holds_server_log(d):
+            with_logs += 1
+            if with_logs >= 2:
+                return True
+    return False
 
 
 class Workspace:
@@ -82,15 +97,39 @@ class Workspace:
         files: list[EvidenceFile] = []
         if fleet:
             for d in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
-                for f in _files_under(d):
-                    files.append(self._file(d.name, f, path))
+                files.extend(self._engine_files(d.name, d, path))
         else:
-            engine = path.resolve().name
-            for f in _files_under(path):
-                files.append(self._file(engine, f, path))
+            files.extend(self._engine_files(path.resolve().name, path, path))
         if not files:
             raise InputError(f"no evidence files under {path}")
         return path, order_files(files)
+
+    def _engine_files(self, engine: str, folder: Path, root: Path) -> list[EvidenceFile]:
+        """An engine's files; a bundle (``.tar.gz``, ``.zip``) among them, such as a ``capture`` bundle
+        saved beside the logs, is unpacked and its files read as the engine's (interface.md §1).
+
+        A bundle's files are named ``<bundle path>/<member path>``: the unpack folder stands for the
+        bundle file, so a manifest found above a member (``ingest.bundles``) maps back to the same
+        relative names.  A bundle that cannot be unpacked safely stays one file, read as what it is."""
+        out: list[EvidenceFile] = []
+        for f in _files_under(folder):
+            if not f.name.endswith(ARCHIVE_SUFFIXES):
+                out.append(self._file(engine, f, root))
+                continue
+            tmp = Path(tempfile.mkdtemp(prefix="hangforensics-bundle-"))
+            self._tmp.append(tmp)
+            try:
+                unpack_archive(f, tmp / "x")
+            except InputError:
+                out.append(self._file(engine, f, root))
+                continue
+            unpacked = next(p for p in tmp.iterdir())          # 'x', or renamed after the archive
+            rel = f.relative_to(root).as_posix() if f.is_relative_to(root) else f.name
+            for inner in _files_under(unpacked):
+                base, rot = rotation_of(inner.name)
+                out.append(EvidenceFile(engine, inner.resolve(),
+                                        f"{rel}/{inner.relative_to(unpacked).as_posix()}", rot, base))
+        return out
 
     @staticmethod
     def _file(engine: str, f: Path, root: Path) -> EvidenceFile:

@@ -28,7 +28,7 @@ VIEW_NOTES = {
     "freezes": "Derived by analyze: how tightly the ranks of a stalled run froze.",
     "rank_classes": "Derived by analyze: STAT-style prefix tree of each capture's main-thread stacks.",
     "rank_collectives": "Derived by analyze: the collective and call site each rank waits in.",
-    "desyncs": "Derived by analyze: captures whose ranks wait in different collectives.",
+    "desyncs": "Derived by analyze: captures whose ranks wait in different collectives (kind desync), or whose odd ranks never enter the collective the others wait in (kind absent).",
     "signature_matches": "Derived by analyze: catalogued hang signatures the evidence matches.",
     "gpu_samples": "One row per nvidia-smi CSV sample (view gpu_rank_samples adds the rank).",
     "incidents": "Written by scan: findings grouped by engine and stall episode.",

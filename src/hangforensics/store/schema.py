@@ -7,7 +7,7 @@ docs/schema.md (generated from this file: ``python -m hangforensics.store > docs
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # How to bring an older database up to SCHEMA_VERSION: the statements that take version N to N + 1.
 # Writing commands apply them (in one transaction) when they open an older database; read-only
@@ -34,6 +34,8 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS waiting_req BIGINT",
         "ALTER TABLE stalls ADD COLUMN IF NOT EXISTS kv_usage DOUBLE",
         ],
+    # 5: a rank that never reached the collective its peers wait in, from stack dumps (desyncs.kind)
+    4: ["ALTER TABLE desyncs ADD COLUMN IF NOT EXISTS kind VARCHAR"],
 }
 
 # Table DDL.  Columns named in interface.md §4 are the stable contract; the rest
@@ -336,7 +338,8 @@ TABLES: dict[str, str] = {
         odd_ranks VARCHAR[],            -- the minority: ranks in a different collective or call site
         majority_ranks VARCHAR[],       -- ranks in the common collective or call site
         detail VARCHAR,                 -- the reasoning, with the frames
-        evidence STRUCT(file VARCHAR, line BIGINT)[] -- supporting lines, each {file, line}, file relative to the ingest root
+        evidence STRUCT(file VARCHAR, line BIGINT)[], -- supporting lines, each {file, line}, file relative to the ingest root
+        kind VARCHAR                    -- desync (ranks in different collectives) or absent (odd ranks in none, in every round, while the rest wait in one)
     """,
     "signature_matches": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
