@@ -217,7 +217,7 @@ def _gpu_file(outcomes: list[RoundOutcome], staging: Staging, failures: list[Fai
 
 
 def _engine_tools(tree: discover.EngineTree, failures: list[Failure]) -> list[ToolInfo]:
-    packages = [tree.family] if tree.family in ("sglang", "vllm") else ["sglang", "vllm"]
+    packages = [tree.family] if tree.family in ("sglang", "vllm", "torch") else ["sglang", "vllm"]
     probe = next((p for p in tree.processes if p.rank and p.python), None) or \
         next((p for p in tree.processes if p.python), None)
     if probe is None:
@@ -278,12 +278,17 @@ def _entries(tree: discover.EngineTree, outcomes: list[RoundOutcome]) -> list[Pr
     out = []
     for p in tree.processes:
         f = first.get(p.pid)
+        lf = p.launch
         out.append(ProcessEntry(
             pid=p.pid, ppid=p.ppid, title=p.title[:TITLE_MAX], role=p.role, rank=p.rank, label=p.label,
             exe=p.exe, python=p.python,
             create_time=datetime.fromtimestamp(p.create_time).astimezone() if p.create_time else None,
             state=f.state if f else None, cpu_user_s=f.cpu_user_s if f else None,
             cpu_system_s=f.cpu_system_s if f else None, wchan=f.wchan if f else None,
-            threads=f.threads if f else None))
+            threads=f.threads if f else None,
+            rank_source=("title" if p.rank and p.role != "rank" else lf.rank_source if lf and p.role == "rank" else None),
+            launcher=lf.launcher if lf else None, local_rank=lf.local_rank if lf else None,
+            group_rank=lf.group_rank if lf else None, world_size=lf.world_size if lf else None,
+            master_addr=lf.master_addr if lf else None, master_port=lf.master_port if lf else None))
     return out
 

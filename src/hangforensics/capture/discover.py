@@ -14,8 +14,18 @@ title / command line            role              rank label
 ``VLLM::EngineCore_DP0``        ``engine_core``   ``DP0``
 ``VLLM::Worker_TP1``            ``worker``        ``TP1``
 ``VLLM::APIServer``, vllm serve ``api_server`` / ``main``
+``torchrun``, ``torch.distributed.run``  ``launcher``
+a process a launcher started    ``rank``          ``rank3`` (``RANK=3``, ``--rank 3``)
 anything else                   ``other`` (the tree's root: ``main``)
 ==============================  ================  =============================
+
+A torch.distributed job (torchrun, Ray Train, SLURM) titles nothing: a rank is a plain ``python
+train.py``.  Its global rank is what its launcher put in its environment (``RANK``, else
+``SLURM_PROCID``), else a ``--rank N`` argument, and is labelled ``rankN`` (interface.md §6);
+``LOCAL_RANK``, ``GROUP_RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR`` are facts about the process, not its
+label.  A process that inherited its rank's environment (a DataLoader worker, a compile worker) is not
+that rank again.  The launcher (``torchrun`` / its elastic agent) is the job's root: a capture by any
+rank's pid walks up to it and takes the whole job.
 
 Only /proc is read (through psutil): nothing here signals or attaches to a process.
 """
@@ -44,11 +54,17 @@ ROLE_RULES: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p), role, fam)
     (r"(?i)^(?:vllm::)?(?:Vllm)?Worker(?:[_-]\w+)?\b", "worker", "vllm"),
     (r"(?i)^(?:vllm::)?APIServer\b", "api_server", "vllm"),
     (r"(?:^|/|\s)vllm\s+serve\b|\bvllm\.entrypoints\.", "main", "vllm"),
+    (r"(?:^|/|\s)torchrun(?:\s|$)|\btorch\.distributed\.(?:run|launch)\b|(?:^|/|\s)torchx\s+run\b",
+     "launcher", "torch"),
 )]
-RANK_ROLES = ("scheduler", "worker", "engine_core")
+RANK_ROLES = ("scheduler", "worker", "engine_core", "rank")
 # What an engine's root or one of its ranks looks like: what --match defaults to when nothing is given.
 DEFAULT_SEARCH = ("sglang::scheduler_*, sglang::detokenizer, sglang.launch_server / sglang serve, "
-                  "VLLM::EngineCore*, VLLM::Worker*, VLLM::APIServer, vllm serve")
+                  "VLLM::EngineCore*, VLLM::Worker*, VLLM::APIServer, vllm serve, torchrun / "
+                  "torch.distributed.run")
+# A rank given on the command line (``--rank 3``, ``--rank=3``); ``--node-rank`` / ``--local-rank`` are not it.
+ARGV_RANK_RE = re.compile(r"(?:^|\s)--rank(?:=|\s+)(\d+)(?=\s|$)")
+ARGV_LOCAL_RANK_RE = re.compile(r"(?:^|\s)--local[-_]rank(?:=|\s+)(\d+)(?=\s|$)")
 # Secrets that engines take on their command line: never copied into a bundle.
 SECRET_OPT_RE = re.compile(r"(?i)(--?[\w-]*(?:api[-_]?key|token|secret|password|passwd)[\w-]*)(=|\s+)(\S+)")
 PYTHON_EXE_RE = re.compile(r"^(?:python|pypy)[\d.]*[a-z]*$")
@@ -67,6 +83,20 @@ class ProcInfo:
     rank: str | None
     label: str
     python: bool
+    launch: LaunchFacts | None = None   # what a launcher's environment says of the process
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchFacts:
+    """The launcher's few variables of a process (nothing else of its environment is kept)."""
+    rank: int | None              # global rank: RANK, else SLURM_PROCID, else --rank N
+    rank_source: str | None       # env or argv
+    launcher: str | None          # torchrun, slurm; None when no launcher is known
+    local_rank: int | None = None
+    group_rank: int | None = None
+    world_size: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +168,48 @@ def _is_python(p: psutil.Process, exe: str | None) -> bool:
         return False
 
 
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None and value.strip() != "" else None
+    except ValueError:
+        return None
+
+
+def launch_facts(environ: dict[str, str], title: str) -> LaunchFacts | None:
+    """The global rank and node facts a launcher gave a process, from its environment and command line.
+
+    >>> launch_facts({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "x"}, "python t.py")
+    LaunchFacts(rank=3, rank_source='env', launcher='torchrun', local_rank=1, group_rank=None, world_size=8, master_addr=None, master_port=None)
+    """
+    env = environ or {}
+    slurm = "SLURM_PROCID" in env or "SLURM_JOB_ID" in env
+    launcher = "torchrun" if any(k.startswith("TORCHELASTIC_") for k in env) else ("slurm" if slurm else None)
+    rank, source = _int(env.get("RANK")), "env"
+    if rank is None and slurm:
+        rank = _int(env.get("SLURM_PROCID"))
+    if rank is None:
+        m = ARGV_RANK_RE.search(title)
+        rank, source = (int(m.group(1)), "argv") if m else (None, None)
+    local = _int(env.get("LOCAL_RANK")) if "LOCAL_RANK" in env else _int(env.get("SLURM_LOCALID"))
+    if local is None:
+        m = ARGV_LOCAL_RANK_RE.search(title)
+        local = int(m.group(1)) if m else None
+    facts = LaunchFacts(rank, source, launcher, local,
+                        _int(env.get("GROUP_RANK")) if "GROUP_RANK" in env else _int(env.get("SLURM_NODEID")),
+                        _int(env.get("WORLD_SIZE")) if "WORLD_SIZE" in env else _int(env.get("SLURM_NTASKS")),
+                        env.get("MASTER_ADDR") or None, _int(env.get("MASTER_PORT")))
+    if facts == LaunchFacts(None, None, launcher):
+        return None
+    return facts
+
+
+def _environ(p: psutil.Process) -> dict[str, str]:
+    try:
+        return p.environ()
+    except (psutil.Error, OSError):
+        return {}                    # another user's process without root, or gone: no rank from it
+
+
 def describe(p: psutil.Process, root_pid: int | None = None) -> ProcInfo | None:
     """The process's identity and role; None when it has already exited."""
     try:
@@ -153,10 +225,44 @@ def describe(p: psutil.Process, root_pid: int | None = None) -> ProcInfo | None:
     except psutil.NoSuchProcess:
         return None
     role, family, rank = classify(title)
+    launch = None
+    if role == "other":
+        # no engine title: a torch.distributed rank is named by what its launcher set
+        launch = launch_facts(_environ(p), title)
+        if launch is not None and launch.rank is not None:
+            role, family, rank = "rank", "torch", f"rank{launch.rank}"
     if role == "other" and p.pid == root_pid:
         role = "main"             # the root of the tree is its main process, whatever launched it
     return ProcInfo(p.pid, ppid, redact(title), name, exe, create, role, family, rank,
-                    label_of(role, rank, title), _is_python(p, exe))
+                    rank if role == "rank" else label_of(role, rank, title), _is_python(p, exe), launch)
+
+
+def _inherited_ranks(infos: list[ProcInfo]) -> list[ProcInfo]:
+    """A process whose rank came from an environment it inherited from an ancestor of the same rank (a
+    DataLoader or compile worker forked by the rank) is a helper of that rank, not the rank again."""
+    by_pid = {i.pid: i for i in infos}
+    out = []
+    for i in infos:
+        parent = by_pid.get(i.ppid) if i.ppid is not None else None
+        while parent is not None and i.role == "rank":
+            if parent.role == "rank" and parent.rank == i.rank:
+                i = ProcInfo(i.pid, i.ppid, i.title, i.name, i.exe, i.create_time, "other", i.family, None,
+                             "other", i.python, i.launch)
+                break
+            parent = by_pid.get(parent.ppid) if parent.ppid is not None else None
+        out.append(i)
+    return out
+
+
+def _engine_like(p: psutil.Process) -> bool:
+    """A process that belongs to an engine or a torch job: an engine title, a launcher, or a rank a
+    launcher named."""
+    title = _title(p)
+    role, family, _ = classify(title)
+    if family != "unknown" or role != "other":
+        return True
+    launch = launch_facts(_environ(p), title)
+    return launch is not None and launch.rank is not None
 
 
 def _own_lineage() -> set[int]:
@@ -178,8 +284,7 @@ def engine_root(pid: int) -> int:
         root = p.pid
         # nearest first; pid 1 too (a container whose entrypoint is the server)
         for parent in p.parents():
-            role, family, _ = classify(_title(parent))
-            if family == "unknown" and role == "other":
+            if not _engine_like(parent):
                 break
             root = parent.pid
         return root
@@ -195,14 +300,15 @@ def tree(root_pid: int, selector: str, value: str | None) -> EngineTree:
     except psutil.NoSuchProcess as e:
         raise NoEngineError(f"the engine's root process {root_pid} exited before it could be captured") from e
     mine = _own_lineage()
-    infos = [i for i in (describe(p, root_pid) for p in members if p.pid not in mine) if i is not None]
+    infos = _inherited_ranks([i for i in (describe(p, root_pid) for p in members if p.pid not in mine)
+                              if i is not None])
     if not infos:
         raise NoEngineError(f"the engine's processes under pid {root_pid} exited before they could be "
                             f"captured")
     families = [i.family for i in infos if i.family != "unknown"]
     family = max(set(families), key=families.count) if families else "unknown"
-    order = {"main": 0, "api_server": 1, "dp_controller": 2, "engine_core": 3, "scheduler": 4, "worker": 4,
-             "tokenizer": 5, "detokenizer": 6, "other": 7}
+    order = {"main": 0, "launcher": 0, "api_server": 1, "dp_controller": 2, "engine_core": 3, "scheduler": 4,
+             "worker": 4, "rank": 4, "tokenizer": 5, "detokenizer": 6, "other": 7}
 
     def key(i: ProcInfo) -> tuple:
         return (i.pid != root_pid, order.get(i.role, 9), rank_key(i.rank) if i.rank else (), i.pid)

@@ -14,7 +14,11 @@ Shape (format_version 1), abridged::
      "options": {"native": false, "repeat": 1, "interval_s": 3.0, "timeout_s": 120.0, "log_lines": 20000},
      "tools": [{"name": "py-spy", "version": "0.4.3", "path": "/usr/bin/py-spy", "note": null}, ...],
      "processes": [{"pid": 41300, "ppid": 41235, "title": "sglang::scheduler_TP3", "role": "scheduler",
-                    "rank": "TP3", "label": "TP3", "state": "S", "wchan": "unix_stream_read_generic", ...}],
+                    "rank": "TP3", "label": "TP3", "state": "S", "wchan": "unix_stream_read_generic", ...},
+                   {"pid": 51302, "ppid": 51290, "title": "python -u train.py", "role": "rank",
+                    "rank": "rank3", "label": "rank3", "rank_source": "env", "launcher": "torchrun",
+                    "local_rank": 3, "group_rank": 0, "world_size": 8, "master_addr": "node0",
+                    "master_port": 29500, ...}],
      "rounds": [{"index": 1, "started": "...", "finished": "...", "proc_file": "proc/round1.json",
                  "dumps": [{"pid": 41300, "label": "TP3", "file": "pyspy/round1/TP3-41300.txt",
                             "start": "...", "end": "...", "ok": true, ...}],
@@ -26,6 +30,10 @@ Shape (format_version 1), abridged::
 Every file path in the manifest is relative to the engine folder (the manifest's own folder), with
 ``/`` separators: the same ``rel_path`` ingest gives a file of that engine.  Times are ISO-8601 with
 the capture host's zone offset.
+
+Compatibility: fields are only ever added, with defaults, so a manifest written before them (no
+``rank_source``, ``launcher``, ``local_rank``, ... on a process) still reads, and keys a newer writer
+adds are ignored.  ``format_version`` changes only when an older reader would misread a bundle.
 """
 
 from __future__ import annotations
@@ -41,6 +49,20 @@ from .errors import ManifestError
 FORMAT = "hangforensics-capture"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+# Roles whose processes are ranks (a collective's participants); "rank" is a torch.distributed rank
+# (torchrun, SLURM, Ray Train ...) named by its environment or command line, not by a title.
+RANK_ROLES = ("scheduler", "worker", "engine_core", "rank")
+
+
+def ingest_rank(rank: str | None, role: str | None, pid: int | None) -> str | None:
+    """The rank label ingest gives a bundle's process: its manifest rank; for a torch rank the capture
+    could not name (its environment unreadable, no ``--rank`` argument) ``pid<pid>``, so its dumps are
+    still compared with the other ranks' (interface.md §3); None for a process that is not a rank."""
+    if rank:
+        return rank
+    if role == "rank" and pid is not None:
+        return f"pid{pid}"
+    return None
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -70,7 +92,7 @@ class TargetInfo:
     selector: str                 # pid, port, match or auto
     value: str | None             # what the user gave (the pid, port or pattern)
     root_pid: int
-    family: str                   # sglang, vllm or unknown
+    family: str                   # sglang, vllm, torch or unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +144,10 @@ class ProcessEntry:
     ppid: int | None
     title: str                    # /proc/PID/cmdline joined by spaces, as py-spy's header prints it
     role: str                     # main, scheduler, detokenizer, dp_controller, tokenizer, engine_core,
-                                  # worker, api_server, other
-    rank: str | None              # 'DP0 TP3 EP3', as SGLang's log prefix writes it; None when not a rank
-    label: str                    # file-name label: 'TP3', 'DP0_TP3', 'main', 'detokenizer'
+                                  # worker, api_server, rank (a torch.distributed rank), other
+    rank: str | None              # 'DP0 TP3 EP3', as SGLang's log prefix writes it; 'rank3' (torch global
+                                  # rank); None when not a rank or when nothing names it
+    label: str                    # file-name label: 'TP3', 'DP0_TP3', 'rank3', 'main', 'detokenizer'
     exe: str | None
     python: bool                  # py-spy can read it (a Python interpreter)
     create_time: datetime | None
@@ -133,6 +156,16 @@ class ProcessEntry:
     cpu_system_s: float | None = None
     wchan: str | None = None
     threads: int | None = None
+    # Where the rank label came from and the launcher's facts about the process (its node), read from
+    # the few variables a launcher sets (RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, MASTER_ADDR/PORT,
+    # SLURM_*); no other variable of the environment is kept.  None in older manifests / when unknown.
+    rank_source: str | None = None    # title, env (RANK / SLURM_PROCID) or argv (--rank N)
+    launcher: str | None = None       # torchrun, slurm; None when no launcher is known
+    local_rank: int | None = None     # LOCAL_RANK (SLURM_LOCALID)
+    group_rank: int | None = None     # GROUP_RANK: the node's rank among the job's nodes (SLURM_NODEID)
+    world_size: int | None = None     # WORLD_SIZE (SLURM_NTASKS)
+    master_addr: str | None = None    # MASTER_ADDR: the rendezvous host
+    master_port: int | None = None    # MASTER_PORT
 
 
 @dataclass(frozen=True, slots=True)

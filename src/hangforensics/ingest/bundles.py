@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 from ..capture.errors import ManifestError
@@ -74,15 +73,6 @@ def capture_dump(abs_path: Path, rel_path: str) -> tuple[BundleRef, DumpRecord] 
         return None
     rec = ref.manifest.dump_for(ref.member)
     return (ref, rec) if rec is not None else None
-
-
-def dump_time(abs_path: Path, rel_path: str) -> datetime | None:
-    """When a bundle's dump was taken, by its manifest: the capture host's wall clock, zone dropped (the
-    clock the engine's log on that host prints).  None for a file no manifest lists."""
-    found = capture_dump(abs_path, rel_path)
-    if found is None or found[1].time is None:
-        return None
-    return found[1].time.replace(tzinfo=None)
 
 
 def is_snapshot_file(abs_path: Path, rel_path: str) -> bool:

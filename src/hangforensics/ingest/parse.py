@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..capture.manifest import ingest_rank
 from ..parsers import faulthandler, gdb, gpu, native_trace, process_snapshot, pyspy
 from ..parsers.capture_errors import capture_error_reason
 from ..parsers.linemap import LineMap
@@ -173,16 +174,23 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome,
     out.envelope = pay.stack_name
     dump = STACK_PARSERS[kind](pay.lines, 1)
     # captures carry no time of their own: a bundle's manifest says when each was taken, else the file's mtime
-    from .bundles import dump_time
-    ts = dump_time(f.abs_path, f.rel_path)
+    from .bundles import capture_dump
+    found = capture_dump(f.abs_path, f.rel_path)
+    record = found[1] if found is not None else None
+    ts = record.time.replace(tzinfo=None) if record is not None and record.time is not None else None
     ts_basis = "manifest" if ts is not None else "mtime"
     ts = ts or datetime.fromtimestamp(mtime)
     stacks: list[dict] = []
     frames: list[dict] = []
-    # The file's place may name the rank (pyspy/rank3.txt) when the dump is of one process and
-    # its title does not (JSON, gdb and faulthandler dumps carry no process title).
+    # The process's rank when its title does not say it (JSON, gdb and faulthandler dumps carry no
+    # title; a torch rank's title is a plain command line): the capture manifest's label (its RANK), else
+    # the file's place (pyspy/rank3.txt) when the dump is of one process.
     one_process = len({p.pid for p in dump.processes}) <= 1 and not any(p.parent_pid for p in dump.processes)
-    place_rank = (rank_from_place(f.rel_path, f.engine) or "") if one_process else ""
+    place_rank = ""
+    if record is not None and one_process:
+        place_rank = ingest_rank(record.rank, record.role, record.pid) or ""
+    if not place_rank and one_process:
+        place_rank = rank_from_place(f.rel_path, f.engine) or ""
     dump_rows(dump, f"{f.engine}:{f.rel_path}", f.engine, f.rel_path, ts, place_rank, "standalone", stacks, frames,
               ts_basis=ts_basis)
     if not pay.plain:                            # payload lines -> the file's physical lines
