@@ -51,27 +51,29 @@ def _from_batch_lines(store: Store, seg: Segment, stall: dict) -> tuple[list[dic
     per_rank = store.query(
         # ties (several lines in one clock second) broken by file and line: the same evidence however loaded
         f"""SELECT rank, max(ts) AS stopped_at, arg_max(path, (ts, path, line)) AS path,
-                   arg_max(line, (ts, path, line)) AS line
+                   arg_max(line, (ts, path, line)) AS line, bool_and(batch_kind = 'step') AS steps
             FROM progress WHERE engine = ? {w} AND ts IS NOT NULL AND batch_kind <> 'vllm'
             GROUP BY rank ORDER BY stopped_at, path, line""",
         [e, *p])
     if len(per_rank) < 2:
         return [], None
+    # a torch job's own step lines, else SGLang's batch lines
+    source, what = ("step_lines", "step") if all(r["steps"] for r in per_rank) else ("batch_lines", "batch")
     rows = [{"engine": e, "segment": seg.index, "rank": r["rank"], "stopped_at": r["stopped_at"],
-             "source": "batch_lines", "path": r["path"], "line": r["line"]} for r in per_rank]
+             "source": source, "path": r["path"], "line": r["line"]} for r in per_rank]
     first, last = per_rank[0]["stopped_at"], per_rank[-1]["stopped_at"]
     spread = (last - first).total_seconds()
     ev = [{"file": r["path"], "line": r["line"]} for r in per_rank]
     if spread <= TOGETHER_S:
-        return rows, Freeze(e, seg.index, "together", first, last, stall["ranks"], "batch_lines",
-                            f"The {len(per_rank)} ranks that log batch lines all stopped within {spread:.1f} s "
+        return rows, Freeze(e, seg.index, "together", first, last, stall["ranks"], source,
+                            f"The {len(per_rank)} ranks that log {what} lines all stopped within {spread:.1f} s "
                             f"({fmt(first)} to {fmt(last)}): a shared deadlock (collective, rendezvous or "
                             f"registration), not one slow rank.", ev)
     early = [r for r in per_rank if (r["stopped_at"] - first).total_seconds() <= TOGETHER_S]
     nxt = next(r for r in per_rank if r not in early)
     gap = (nxt["stopped_at"] - first).total_seconds()
-    return rows, Freeze(e, seg.index, "staggered", first, None, [r["rank"] for r in early], "batch_lines",
-                        f"{', '.join(r['rank'] for r in early)} printed its last batch line at {fmt(first)}, "
+    return rows, Freeze(e, seg.index, "staggered", first, None, [r["rank"] for r in early], source,
+                        f"{', '.join(r['rank'] for r in early)} printed its last {what} line at {fmt(first)}, "
                         f"{gap:.0f} s before the next rank ({nxt['rank']} at {fmt(nxt['stopped_at'])}); the "
                         f"others kept making progress until {fmt(last)}. The earliest rank to stop is the "
                         f"prime suspect.", ev[: len(early)] + [{"file": nxt["path"], "line": nxt["line"]}])

@@ -48,7 +48,8 @@ def build(store: Store, engine: str, scan_id: int) -> list[dict[str, Any]]:
         if nxt is not None and nxt.start is not None:
             ended, how = nxt.start, "restart"
         elif hard_kill:
-            ended, how = max(f["ts"] for f in fs if f["rule"] == "watchdog-kill"), "watchdog kill"
+            ended = max((f["ts"] for f in fs if f["rule"] == "watchdog-kill" and f["ts"]), default=None)
+            how = "watchdog kill"
         else:
             ended, how = (stall["evidence_end"] if stall else max((f["ts"] for f in fs if f["ts"]), default=None),
                           "evidence ends")

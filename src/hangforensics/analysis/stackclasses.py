@@ -53,6 +53,9 @@ REGISTRATION_NAME = "ncclCommWindowRegister"
 # Collectives that are themselves the call site of the torch collective under them (SGLang's per-iteration
 # request broadcast is told by this name).
 SITE_COLLECTIVES = {"broadcast_pyobj"}
+# Point-to-point operations: a rank blocked in one waits for its one peer, not for the group.
+P2P_OPS = {"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list",
+           "ncclSend", "ncclRecv"}
 # gloo's native collectives (a gdb / py-spy --native stack of ProcessGroupGloo): 'gloo::allreduce(...)'
 GLOO_NATIVE_RE = re.compile(r"\bgloo::(allreduce|allgather|allgatherv|broadcast|barrier|reduce|reduce_scatter|"
                             r"alltoall|alltoallv|gather|scatter)\b")
@@ -367,11 +370,16 @@ def _absent_from_collective(engine: str, capture: int, rounds: list[RankStack],
     by_rank: dict[str, list[RankStack]] = defaultdict(list)
     for s in rounds:
         by_rank[s.rank].append(s)
-    if len(by_rank) < 3 or min(len(v) for v in by_rank.values()) < 2:
+    # a point-to-point send / recv waits for one peer only: one rank outside any collective is that peer,
+    # whatever the count (a pipeline of two stages); a collective needs the others to be the majority
+    p2p = coll in P2P_OPS
+    if len(by_rank) < (2 if p2p else 3) or min(len(v) for v in by_rank.values()) < 2:
         return None
     there = {r for r, ss in by_rank.items() if all(collective_of(s) == where for s in ss)}
     outside = {r for r, ss in by_rank.items() if all(collective_of(s)[0] is None for s in ss)}
-    if not outside or there | outside != set(by_rank) or len(there) <= len(outside):
+    if not outside or there | outside != set(by_rank):
+        return None
+    if not (len(there) > len(outside) or (p2p and len(outside) == 1)):
         return None
     odd = sorted(outside, key=rank_key)
     first = min((s for r in odd for s in by_rank[r]), key=lambda s: s.ts or datetime.max)

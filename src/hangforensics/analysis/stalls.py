@@ -120,17 +120,46 @@ SIGNALS = [
     ("watchdog_timeout", "", "the scheduler watchdog fired (it is armed only with a batch in flight)", True),
     ("torch_nccl", "AND json_extract_string(attrs, '$.event') = 'collective_timeout'",
      "torch NCCL watchdog reported a collective timeout", True),
+    # a torch.distributed job's own errors: a gloo collective or a c10d store wait timed out
+    ("c10d_error", "AND (json_extract_string(attrs, '$.event') = 'collective_timeout' OR "
+                   "(json_extract_string(attrs, '$.error') = 'store' AND message ILIKE '%timeout%'))",
+     "a collective or a rendezvous wait of the job timed out", True),
+    ("torch_nccl", "AND message LIKE '%[c10d]%' AND message ILIKE '%timed out%'",
+     "a c10d store wait timed out", True),
 ]
+# Kinds whose records print no time of their own (a rank's Python exception under torchrun's prefix): one
+# later in the same file than the last progress line came after it.
+UNDATED_SIGNALS = {"c10d_error"}
 
 
 def _signals_after(store: Store, seg: Segment, onset: datetime, j: Judgement) -> None:
     ws, ps = seg.where()
     for kind, extra, words, hard in SIGNALS:
-        hit = store.query(
-            f"SELECT count(*) AS n, min(ts) AS first, arg_min(path, ts) AS path, arg_min(line, ts) AS line "
-            f"FROM events WHERE engine = ? AND kind = ? AND ts > ? {extra} {ws}", [seg.engine, kind, onset, *ps])[0]
+        if kind in UNDATED_SIGNALS:
+            # an undated record counts when its file printed it after that file's last progress line at the onset
+            hit = store.query(
+                f"SELECT count(*) AS n, min(ts) AS first, arg_min(path, (ts IS NULL, ts, line)) AS path, "
+                f"arg_min(line, (ts IS NULL, ts, line)) AS line FROM events e "
+                f"WHERE engine = ? AND kind = ? AND ((ts > ? {ws}) OR (ts IS NULL AND line > ("
+                f"SELECT max(p.line) FROM progress p WHERE p.engine = e.engine AND p.path = e.path AND p.ts >= ?))) "
+                f"{extra}", [seg.engine, kind, onset, *ps, onset])[0]
+        else:
+            hit = store.query(
+                f"SELECT count(*) AS n, min(ts) AS first, arg_min(path, ts) AS path, arg_min(line, ts) AS line "
+                f"FROM events WHERE engine = ? AND kind = ? AND ts > ? {extra} {ws}",
+                [seg.engine, kind, onset, *ps])[0]
         if hit["n"]:
-            j.add(f"{words} ({hit['n']} time(s), first at {fmt(hit['first'])})", hit["path"], hit["line"], hard)
+            when = f", first at {fmt(hit['first'])}" if hit["first"] is not None else ", after the last progress line"
+            j.add(f"{words} ({hit['n']} time(s){when})", hit["path"], hit["line"], hard)
+    # a watchdog firing whose timeout line is not in the evidence: read from its other outputs (watchdog_fires)
+    hit = store.query(
+        f"SELECT count(*) AS n, min(ts) AS first, arg_min(path, ts) AS path, arg_min(line, ts) AS line, "
+        f"string_agg(DISTINCT rank, ', ') AS ranks FROM watchdog_fires WHERE engine = ? AND ts > ? {ws} "
+        f"AND json_extract_string(attrs, '$.inferred_from') IS NOT NULL", [seg.engine, onset, *ps])[0]
+    if hit["n"]:
+        j.add(f"the scheduler watchdog of {hit['ranks']} fired (it is armed only with a batch in flight; read from "
+              f"its dump, its timeout line is not in the evidence; {hit['n']} time(s), first at "
+              f"{fmt(hit['first'])})", hit["path"], hit["line"], True)
 
 
 def _waiting_in_last_lines(store: Store, seg: Segment, end: datetime | None, cadence: float,
@@ -175,19 +204,21 @@ def _inferred_stall(store: Store, seg: Segment, end: datetime | None) -> dict | 
     the engine was stuck since (fire time - timeout)."""
     w, p = seg.where()
     rows = store.query(
-        f"""SELECT kind, ts, path, line, attrs FROM (
-                SELECT engine, 'watchdog_timeout' AS kind, fired_at AS ts, path, line, attrs
+        f"""SELECT kind, ts, path, line, attrs, rank FROM (
+                SELECT engine, 'watchdog_timeout' AS kind, fired_at AS ts, path, line, attrs, rank
                 FROM watchdog_fires
                 UNION ALL
-                SELECT engine, kind, ts, path, line, attrs FROM events
+                SELECT engine, kind, ts, path, line, attrs, rank FROM events
                 WHERE kind = 'torch_nccl' AND json_extract_string(attrs, '$.event') = 'collective_timeout')
             WHERE engine = ? {w} AND ts IS NOT NULL ORDER BY ts, line LIMIT 1""", [seg.engine, *p])
     if not rows:
-        return None
+        return _undated_watchdog_stall(store, seg, end)
     r = rows[0]
     attrs = json.loads(r["attrs"] or "{}")
     if r["kind"] == "watchdog_timeout":
         secs, how = attrs.get("timeout"), "the scheduler watchdog fired at {at} after {secs:.0f} s without progress"
+        if not secs:
+            return _watchdog_stall_unknown_onset(store, seg, end, r)
     else:
         secs = (attrs.get("ran_ms") or attrs.get("timeout_ms") or 0) / 1000 or None
         how = "a torch collective timed out at {at} after running {secs:.0f} s"
@@ -206,12 +237,55 @@ def _inferred_stall(store: Store, seg: Segment, end: datetime | None) -> dict | 
     }
 
 
+def _watchdog_stall_unknown_onset(store: Store, seg: Segment, end: datetime | None, r: dict) -> dict:
+    """No progress line and a watchdog firing whose timeout the evidence does not give (its timeout line is
+    cut off and no server args were read): the engine was stuck with a batch in flight, since at least
+    watchdog_timeout before the firing; the onset is unknown (null), the firing's time an upper bound."""
+    attrs = json.loads(r["attrs"] or "{}")
+    read_from = f" (read from its {attrs['inferred_from']}: its timeout line is not in the evidence)" \
+        if attrs.get("inferred_from") else ""
+    return _stall_without_onset(
+        store, seg, end, r,
+        f"the scheduler watchdog of {r['rank']} fired at {fmt(r['ts'])}{read_from}, so progress had stopped at "
+        f"least watchdog_timeout (300 s by default, not in the evidence) before, with a batch in flight; no "
+        f"progress line is in the evidence, so the onset is not known")
+
+
+def _undated_watchdog_stall(store: Store, seg: Segment, end: datetime | None) -> dict | None:
+    """A watchdog firing with no time at all (its py-spy record copied without its log prefix): the engine
+    was stuck with a batch in flight, when is not known."""
+    w, p = seg.where()
+    rows = store.query(
+        f"""SELECT path, line, attrs, rank FROM watchdog_fires WHERE engine = ? {w} AND fired_at IS NULL
+              AND json_extract_string(attrs, '$.inferred_from') IS NOT NULL ORDER BY path, line LIMIT 1""",
+        [seg.engine, *p])
+    if not rows:
+        return None
+    r = rows[0]
+    attrs = json.loads(r["attrs"] or "{}")
+    return _stall_without_onset(
+        store, seg, end, r,
+        f"the scheduler watchdog of {r['rank']} fired (read from its {attrs.get('inferred_from')}, which only "
+        f"a firing watchdog prints; undated: copied without its log prefix), so progress had stopped with a "
+        f"batch in flight; no time and no progress line are in the evidence, so the onset is not known")
+
+
+def _stall_without_onset(store: Store, seg: Segment, end: datetime | None, r: dict, reason: str) -> dict:
+    return {
+        "engine": seg.engine, "segment": seg.index, "onset": None, "evidence_end": end, "silent_s": None,
+        "pending": reason, "ranks": _ranks(store, seg) or _timed_out_ranks(store, seg), "path": r["path"],
+        "line": r["line"], "evidence": [{"file": r["path"], "line": r["line"]}], "ts_basis": "inferred",
+        "cadence_s": None, "running_req": None, "waiting_req": None, "kv_usage": None, "framework": "sglang",
+    }
+
+
 def _ranks(store: Store, seg: Segment) -> list[str]:
     w, p = seg.where()
     rows = store.query(
         f"""SELECT DISTINCT rank FROM batches WHERE engine = ? {w}
+            UNION SELECT DISTINCT rank FROM progress WHERE engine = ? {w} AND batch_kind = 'step'
             UNION SELECT DISTINCT rank FROM events WHERE engine = ? {w} AND rank <> '' AND rank NOT LIKE 'rank%'
-              AND kind NOT LIKE 'vllm%'""", [seg.engine, *p, seg.engine, *p])
+              AND kind NOT LIKE 'vllm%'""", [seg.engine, *p, seg.engine, *p, seg.engine, *p])
     return sorted({r["rank"] for r in rows if r["rank"]}, key=rank_key)
 
 
@@ -242,7 +316,9 @@ def candidates(store: Store, engines: list[str]) -> list[str]:
                 UNION ALL SELECT engine, ts FROM http_requests WHERE list_contains($1, engine)) GROUP BY engine),
             hard AS (
               SELECT DISTINCT engine FROM events WHERE list_contains($1, engine)
-              AND (kind IN ('watchdog_timeout', 'torch_nccl', 'health_check_failed') OR list_contains($2, kind)))
+              AND (kind IN ('watchdog_timeout', 'torch_nccl', 'c10d_error', 'health_check_failed') OR list_contains($2, kind))
+              -- a watchdog firing read from its other outputs (its timeout line not in the evidence)
+              UNION SELECT DISTINCT engine FROM watchdog_fires WHERE list_contains($1, engine))
             SELECT g.engine FROM gaps g LEFT JOIN ends USING (engine)
             WHERE g.gap >= {MIN_SILENCE_S} OR epoch(ends.e) - epoch(g.last_b) >= {MIN_SILENCE_S}
             UNION SELECT engine FROM hard

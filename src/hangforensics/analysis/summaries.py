@@ -19,7 +19,7 @@ from ..ranks import rank_key, rank_numbers
 from ..readers.kinds import STACK_KINDS as DUMP_KINDS
 from ..redaction import redact_payloads
 from ..store import Store
-from . import vllm_summary
+from . import rank_deaths, vllm_summary
 from .capture_advice import next_capture_command
 from .snapshot_text import facts_in_words
 from .stackclasses import compact_ranks
@@ -53,6 +53,7 @@ class Evidence:
     snapshots: list[str] = field(default_factory=list)   # what repeated capture snapshots show, in words
     vllm: vllm_summary.VllmFacts | None = None            # a vLLM engine's facts in its own terms
     deaths: list[dict] = field(default_factory=list)      # lines saying a process died, or hung and was killed
+    job: rank_deaths.JobDeaths = field(default_factory=rank_deaths.JobDeaths)  # torchrun's worker exits, c10d errors
 
     def rules(self) -> set[str]:
         return {f["rule"] for f in self.findings}
@@ -133,6 +134,7 @@ def gather(store: Store, engine: str) -> Evidence:
            FROM events WHERE engine = ? AND (kind IN (SELECT unnest(?))
              OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck')))
            ORDER BY ts NULLS LAST, line LIMIT 3""", [engine, list(DEATH_KINDS)])
+    ev.job = rank_deaths.gather(store, engine, ranks)
     if vllm_summary.is_vllm(store, engine):
         ev.vllm = vllm_summary.gather(store, engine, ev.stall)
     return ev
@@ -178,8 +180,11 @@ def _verdict(ev: Evidence) -> str:
         parts.append(vllm_summary.stall_words(ev.stall))
     elif ev.stall:
         running = ev.stall.get("running_req")
-        parts.append(f"stalled at {_hm(ev.stall['onset'])}"
-                     + (" (inferred)" if ev.stall.get("ts_basis") == "inferred" else "")
+        # onset unknown: a watchdog fired whose timeout (or time) the evidence does not give
+        parts.append((f"stalled at {_hm(ev.stall['onset'])}" + (" (inferred)" if ev.stall.get("ts_basis") == "inferred"
+                                                                 else "")
+                      if ev.stall["onset"] else "stalled (the scheduler watchdog fired; when progress stopped is "
+                                                "not in the evidence)")
                      + (f" with {running} request{'s' if running != 1 else ''} running" if running else ""))
     if ev.vllm and not ev.of("known-signature"):
         parts += vllm_summary.collective_words(ev.vllm)
@@ -198,7 +203,11 @@ def _verdict(ev: Evidence) -> str:
         f = ev.of("watchdog-kill")[0]
         parts.append(f"the scheduler watchdog fired on {compact_ranks(f['ranks'])} at {_hm(f['ts'])}")
     if parts:
-        return _sentence(parts)
+        killed = rank_deaths.culprit_words(ev.job)     # a rank a signal killed changes the story of a hang
+        return _sentence([*parts, killed] if killed else parts)
+    died = rank_deaths.words(ev.job)
+    if died:
+        return _sentence([f"the job died: {died}"])
     return _sentence([_quiet_verdict(ev)])
 
 
@@ -225,6 +234,14 @@ def _quiet_verdict(ev: Evidence) -> str:
         ranks = [r for r in t["ranks"] if r is not None]
         return (f"torch NCCL timeouts of collective SeqNum={t['seq']} {t['op'] or ''} from "
                 f"{len(ranks)} rank(s) ({', '.join(map(str, ranks))}); no log of the serving engine").replace("  ", " ")
+    timeouts = ev.job.timeouts()
+    if timeouts:
+        t = next(iter(timeouts.values()))
+        named = sorted((r for r in timeouts if r), key=rank_key)
+        return (f"{t.get('backend') or 'c10d'} collective timeouts on "
+                f"{compact_ranks(named) if named else 'a rank the lines do not name'} ({t.get('reason')}); a "
+                f"{t.get('backend') or 'c10d'} timeout names no collective sequence number, so not which collective "
+                f"each rank waited in")
     if ev.snapshots:
         return f"no stall in the log; the capture's snapshots: {ev.snapshots[0]}"
     if ev.stacks:
@@ -276,6 +293,7 @@ def _facts(ev: Evidence) -> list[str]:
         colls = Counter((s["collective"] or "no collective", s["call_site"] or "") for s in ev.stacks)
         for (c, site), n in colls.most_common(2):
             facts.append(f"{n} rank(s) wait in {c}" + (f" from {site}" if site and c != "no collective" else "") + ".")
+    facts += rank_deaths.facts(ev.job)[:8]
     facts += [f"Capture snapshots: {s}" for s in ev.snapshots[:3]]
     probes = [p for p in ev.probes if p["basis"] == "behaviour"]
     if probes:
@@ -308,6 +326,7 @@ def capture_next(ev: Evidence) -> list[str]:
         if f["ts"] is None or not f["ranks"]:
             out.append("the server log around the failed memory check, with its line prefixes: when it failed, on "
                        "which rank, and the server arguments (which pools, which cache) of that run")
+    out += rank_deaths.capture_next(ev.job)
     if ev.deaths and not have_stacks and not ev.of("idle-memory-leak"):
         # a dead process cannot be dumped afterwards: the stacks must be taken while it hangs, before the
         # RPC timeout, the heartbeat monitor or the watchdog kills it

@@ -76,6 +76,10 @@ _BOTH_CLOCKS = """
     per_engine AS (SELECT median(d) AS d FROM both_clocks)"""
 
 
+# A torch.distributed job's records that print no time (parsers/torch_job.py).
+_TORCH_JOB_TIMELESS = "('c10d_error', 'rank_traceback')"
+
+
 def _align_table(store: Store, engine: str, table: str, file_col: str, only: str) -> None:
     store.con.execute(
         _BOTH_CLOCKS + f"""
@@ -96,12 +100,17 @@ def align_envelope_times(store: Store, engine: str) -> int:
     files).  A timeless torch line without an envelope time is dated by the dated record before it in
     its file (an estimate: it was printed at or after that).  Returns the number of rows dated."""
     count = ("SELECT (SELECT count(*) FROM t_http_requests WHERE engine = $1 AND ts IS NULL) + "
-             "(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind = 'torch_nccl')")
+             "(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind = 'torch_nccl') + "
+             f"(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind IN {_TORCH_JOB_TIMELESS} "
+             "AND collected_ts IS NOT NULL)")
     pending = store.scalar(count, [engine])
     if not pending:
         return 0
     _align_table(store, engine, "t_http_requests", "file", "TRUE")
     _align_table(store, engine, "t_events", "path", "h.kind = 'torch_nccl'")
+    # a torch job's timeless error lines take their envelope's time only: the record before them says
+    # little (a gloo timeout is printed its whole timeout after the job's last line)
+    _align_table(store, engine, "t_events", "path", f"h.kind IN {_TORCH_JOB_TIMELESS}")
     _date_by_record_before(store, engine)
     return pending - store.scalar(count, [engine])
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Generator, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -193,9 +195,11 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome,
         place_rank = rank_from_place(f.rel_path, f.engine) or ""
     dump_rows(dump, f"{f.engine}:{f.rel_path}", f.engine, f.rel_path, ts, place_rank, "standalone", stacks, frames,
               ts_basis=ts_basis)
+    events = _pyspy_headers(pay.lines, dump, f) if kind == "pyspy_dump" else []
     if not pay.plain:                            # payload lines -> the file's physical lines
         assert pay.line is not None
         LineMap(1, pay.line, pay.collected_ts).dicts(stacks, ("line", "line_end"), collected=True)
+        LineMap(1, pay.line, pay.collected_ts).dicts(events, ("line", "line_end"), collected=True)
     # Accounting by construction: a line is parsed only if the parser consumed it.
     un = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in range(len(pay.lines)) if i not in dump.consumed])
     out.lines, out.unparsed = pay.physical, len(un)
@@ -204,12 +208,42 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome,
                                f"kept in unparsed")
     if any(s.get("garbled") for s in stacks):
         out.notes.extra.append("interleaved dump output: only frames that are certain were kept")
+    out.notes.extra.extend(dump.notes)          # what the parser knows of the file that its rows cannot hold
     if any(s.get("fragment") == "continuation" for s in stacks):
         out.notes.extra.append("starts mid-dump (a later part, no header): its first frames are an unknown "
                                "thread's until joined with the part before it (stack_joins)")
     yield "stacks", stacks
     yield "frames", frames
+    if events:
+        yield "events", events
     yield "unparsed", un
+
+
+# The record SGLang's watchdog logs before a py-spy dump of its own process (sglang-formats.md §3.3), copied
+# without its log prefix: 'Pyspy dump for PID N:' (0.4.6-0.5.10), 'Pyspy dump for PID N (py-spy dump ...):'.
+PYSPY_HEADER_RE = re.compile(r"^Pyspy dump for PID (\d+)( \(.*\))?:\s*$")
+
+
+def _pyspy_headers(lines: list[str], dump: pyspy.Dump, f: EvidenceFile) -> list[dict[str, Any]]:
+    """The 'Pyspy dump for PID N:' lines of a dump file, as the ``pyspy_dump`` events they are (consumed:
+    parsed, not unparsed).  Undated (the file's time is not when the line was printed).  Its rank is the one
+    that printed it: in the old form only the scheduler's own watchdog printed it, on its own pid, so the
+    rank is the dumped process's title's; the 0.5.23 form (the command in parentheses) is also printed by
+    the main process for every scheduler on a crash, so its printer is not known (no rank)."""
+    titles = {p.pid: p.title for p in dump.processes if p.pid is not None}
+    out = []
+    for i, text in enumerate(lines):
+        m = PYSPY_HEADER_RE.match(text)
+        if m is None or i in dump.consumed:
+            continue
+        pid = int(m.group(1))
+        title = titles.get(pid)
+        rank = (pyspy.rank_from_title(title) or "") if title and m.group(2) is None else ""
+        dump.consumed.add(i)
+        out.append({"engine": f.engine, "path": f.rel_path, "line": i + 1, "line_end": i + 1, "ts": None,
+                    "rank": rank, "kind": "pyspy_dump", "message": text.strip()[:2000],
+                    "attrs": json.dumps({"pid": pid, "native": "--native" in text, "capture": "standalone"})})
+    return out
 
 
 def _parse_capture_error(f: EvidenceFile, out: FileOutcome,

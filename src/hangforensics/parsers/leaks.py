@@ -12,11 +12,12 @@ from typing import Any
 
 PAIR_RE = re.compile(r"([A-Za-z_][\w.()\[\]]*)=(\{[^}]*\}|None|-?\d+(?:\.\d+)?)(?=[,\s)]|$)")
 LEAK_MARKERS = ("memory leak detected", "leaked_full_pages", "leaked_mamba_pages", "Mem Leak Detected",
-                "[full] total=", "full_leaked=")
+                "[full] total=", "full_leaked=", "KV cache pool leak detected")
 
 # normalised key (last dotted part, no '()') -> column
 KEYMAP = {
-    "max_total_num_tokens": "total_size", "total": "total_size", "total_size": "total_size",
+    "max_total_num_tokens": "total_size", "max_total_num_token": "total_size", "total": "total_size",
+    "total_size": "total_size",
     "size": "total_size", "full_tokens_per_layer": "total_size",
     "available_size": "available_size", "available": "available_size", "full_available_size": "available_size",
     "evictable_size": "evictable_size", "evictable": "evictable_size", "full_evictable_size": "evictable_size",
@@ -36,6 +37,22 @@ def _count(v: str) -> int | None:
     return None
 
 
+_PART_RE = re.compile(r"\.(available_size|evictable_size)\(\)=(\d+)")
+
+
+def _sum_of_parts(lines: list[str], vals: dict[str, Any]) -> None:
+    """0.4.6's check prints ``available_size`` as the allocator's free tokens *plus* the tree's evictable ones,
+    then each part on a line of its own (``self.token_to_kv_pool_allocator.available_size()=A``,
+    ``self.tree_cache.evictable_size()=E``).  Where the printed figure is exactly that sum, the free tokens
+    are the allocator's part (the evictable ones are not counted twice)."""
+    parts = dict(m.groups() for s in lines[1:] for m in _PART_RE.finditer(s) if "cur_batch" not in s)
+    if "available_size" in parts and "evictable_size" in parts and vals.get("available_size") is not None \
+            and int(parts["available_size"]) + int(parts["evictable_size"]) == vals["available_size"] \
+            and int(parts["evictable_size"]) > 0:
+        vals["available_size"] = int(parts["available_size"])
+        vals["evictable_size"] = int(parts["evictable_size"])
+
+
 def leak_from_record(kind: str, lines: list[str]) -> dict[str, Any] | None:
     """A leak_reports row (without engine/path/line/ts/rank) or None when the record holds no check."""
     text = "\n".join(lines)
@@ -52,6 +69,7 @@ def leak_from_record(kind: str, lines: list[str]) -> dict[str, Any] | None:
             col = KEYMAP.get(norm)
             if col and col not in vals and not v.startswith("{") and v != "None":
                 vals[col] = int(float(v))
+    _sum_of_parts(lines, vals)
     marked = any(m in text for m in LEAK_MARKERS)
     if not marked and not ("total_size" in vals and "available_size" in vals):
         return None
@@ -72,7 +90,7 @@ def leak_from_record(kind: str, lines: list[str]) -> dict[str, Any] | None:
         context = "idle"
     # The form is read from the check's own lines, not from traceback paths (swa_radix_cache.py, ...).
     text = "\n".join(s for s in lines if not s.startswith(("  File ", "    ")))
-    if "[full] total=" in text or "pool memory leak" in text:
+    if "[full] total=" in text or re.search(r"(?<![\w-])pool memory leak", text):   # not req_to_token_pool's
         form = "pool"
     elif leaked or "mamba" in text:
         form = "mamba"

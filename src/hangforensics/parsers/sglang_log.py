@@ -25,6 +25,8 @@ from .sglang_batches import batch_rows
 from .sglang_patterns import (
     ACCESS,
     ACCESS_HEAD,
+    BARE_LEAK,
+    BARE_LEAK_WEAK,
     BARE_TRACEBACK,
     CONTINUABLE,
     DETAILED,
@@ -37,6 +39,7 @@ from .sglang_patterns import (
     newest_release,
 )
 from .sglang_records import Record, RecordRows, handle, leading_dump
+from .torch_job import CHILD_FAILED_ALWAYS
 
 
 @dataclass
@@ -179,20 +182,58 @@ def classify(texts: list[str] | pl.Series) -> pl.DataFrame:
     df = df.with_columns(pl.coalesce(rest.get_column("k2"), pl.when(pl.col("kind") != "?").then(pl.col("kind")),
                                      bare.get_column("k3")).alias("kind"))
     df = _bare_traceback_start(df)
+    df = _one_failure_summary(df)
     blank = _on_rows(df, pl.col("kind").is_null(), [(pl.col("body").str.strip_chars() == "").alias("blank")],
                      pl.Boolean)
-    df = df.with_columns(pl.col("kind").is_not_null().alias("start"), blank.get_column("blank").fill_null(False))
+    df = _roles(df.with_columns(blank.get_column("blank").fill_null(False)))
+    return _bare_leak_starts(df)
+
+
+def _roles(df: pl.DataFrame) -> pl.DataFrame:
+    """Each line's record (``rec``, its kind ``rec_kind``) and role: start, continuation or unparsed."""
+    df = df.with_columns(pl.col("kind").is_not_null().alias("start"))
     df = df.with_columns(pl.col("start").cast(pl.Int64).cum_sum().alias("rec"))
     # kind of the record each line belongs to
     df = df.with_columns(pl.col("kind").forward_fill().alias("rec_kind"))
     cont_ok = pl.col("rec_kind").is_in(list(CONTINUABLE))
-    df = df.with_columns(
+    return df.with_columns(
         pl.when(pl.col("start")).then(pl.lit("start"))
         .when(pl.col("rec") == 0).then(pl.lit("unparsed"))
         .when(pl.col("blank") | cont_ok).then(pl.lit("cont"))
         .otherwise(pl.lit("unparsed")).alias("role")
     )
-    return df
+
+
+# Records a prefix-less leak line may follow and still start its own record: Python's warnings go to stderr
+# between log records, and one check may print several (the token pool's, then the request pool's).
+_LEAK_AFTER = {"log", "mem_leak_warning"}
+
+
+def _bare_leak_starts(df: pl.DataFrame) -> pl.DataFrame:
+    """An idle leak check printed without a log prefix (``BARE_LEAK``: a Python warning line, a ValueError line
+    whose traceback was cut, the message alone, older releases' wordings) starts a ``mem_leak_warning`` record
+    where no record takes the line, or after a plain log record or another such warning; inside a traceback it
+    stays the traceback's exception line (the traceback's frames say in which context the check ran).
+    ``BARE_LEAK_WEAK`` (2024's second line) starts one only where nothing takes it."""
+    body = pl.col("body")
+    pre = df.filter(pl.col("kind").is_null() & (body.str.contains("leak detected!", literal=True)
+                                                | body.str.contains("available_size=", literal=True)))
+    if not pre.height:
+        return df
+    pre = pre.with_columns(body.str.contains(BARE_LEAK).alias("_full"), body.str.contains(BARE_LEAK_WEAK).alias("_weak"))
+    made: list[tuple[int, int]] = []                  # (line index, record it was in)
+    for r in pre.filter(pl.col("_full") | pl.col("_weak")).iter_rows(named=True):
+        if made and made[-1][1] == r["rec"]:         # in the record a leak line before it now starts
+            kind, role = "mem_leak_warning", "cont"
+        else:
+            kind, role = r["rec_kind"], r["role"]
+        if role == "unparsed" or (r["_full"] and kind in _LEAK_AFTER):
+            made.append((r["i"], r["rec"]))
+    if not made:
+        return df
+    df = df.with_columns(pl.when(pl.col("i").is_in([i for i, _ in made])).then(pl.lit("mem_leak_warning"))
+                         .otherwise(pl.col("kind")).alias("kind"))
+    return _roles(df.drop("start", "rec", "rec_kind", "role"))
 
 
 def _bare_traceback_start(df: pl.DataFrame) -> pl.DataFrame:
@@ -204,6 +245,19 @@ def _bare_traceback_start(df: pl.DataFrame) -> pl.DataFrame:
     if not tb.len():
         return df
     return df.with_columns(pl.when(pl.col("i") == tb.min()).then(pl.lit("scheduler_exception"))
+                           .otherwise(pl.col("kind")).alias("kind"))
+
+
+def _one_failure_summary(df: pl.DataFrame) -> pl.DataFrame:
+    """torchrun's failure summary is one record wherever a paste of it starts: a header inside it (its title,
+    'Failures:', 'Root Cause (first observed failure):') continues it; only its exception line
+    (``ChildFailedError:``) always starts one (two summaries in a row are two)."""
+    summary = pl.col("kind") == "child_failed"
+    if not df.select(summary.fill_null(False).any()).item():
+        return df
+    inside = pl.col("kind").forward_fill().shift(1) == "child_failed"
+    always = pl.col("body").str.contains(CHILD_FAILED_ALWAYS)
+    return df.with_columns(pl.when(summary & inside & ~always).then(pl.lit(None, dtype=pl.String))
                            .otherwise(pl.col("kind")).alias("kind"))
 
 

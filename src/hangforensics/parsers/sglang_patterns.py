@@ -4,6 +4,8 @@ uvicorn): polars / Rust regex syntax, one table per record family.  Formats:
 
 from __future__ import annotations
 
+from .torch_job import C10D_ERROR, CHILD_FAILED, ELASTIC, RANK_TRACEBACK, WORKER_FAILED
+from .train_steps import STEP_LINE
 from .vllm_patterns import VLLM_LINE
 
 # -- line prefixes ("envelopes" of the payload: SGLang, glog, NCCL debug, vLLM, uvicorn) --------
@@ -46,18 +48,24 @@ MESSAGE_KINDS: list[tuple[str, str]] = [
     ("client_disconnected", r"Request is disconnected from the client side"),
 ]
 
+# A torch.distributed job's own records (torch_job): a rank's exit as torchrun's elastic agent reports it, the
+# agent's other lines, torchrun's failure summary, a rank's '[rankN]:' traceback, a gloo / c10d error.
+TORCH_JOB_KINDS = [("rank_exit", WORKER_FAILED), ("torch_elastic", ELASTIC), ("child_failed", CHILD_FAILED),
+                   ("rank_traceback", RANK_TRACEBACK), ("c10d_error", C10D_ERROR)]
+
 # Kinds whose following unprefixed lines belong to them.
 CONTINUABLE = {
     "log", "watchdog_debug_info", "pyspy_dump", "pyspy_failed", "watchdog_batch_info", "sigquit",
     "scheduler_exception", "mem_leak_warning", "mem_leak_busy", "mem_check_busy", "torch_nccl", "vllm",
     "server_args", "subprocess_crashed", "symm_mem", "watchdog_timeout", "pd_transfer_failed", "faulthandler",
-    "vllm_engine_dead", "vllm_worker_died", "vllm_rpc_timeout",
+    "vllm_engine_dead", "vllm_worker_died", "vllm_rpc_timeout", *(k for k, _ in TORCH_JOB_KINDS),
 }
 # Kinds walked in Python for attributes, dumps and leak text.
 DETAILED = {
     "server_args", "health_check_failed", "watchdog_debug_info", "watchdog_timeout", "pyspy_dump",
     "watchdog_batch_info", "scheduler_exception", "mem_leak_warning", "mem_leak_busy", "torch_nccl",
-    "environment", "subprocess_crashed", "pyspy_failed", "faulthandler",
+    "environment", "subprocess_crashed", "pyspy_failed", "faulthandler", *(k for k, _ in TORCH_JOB_KINDS),
+    "train_step",
 }
 
 # Batch-line keys -> column.  Keys are matched verbatim after ', ' (never by position).
@@ -123,8 +131,18 @@ ACCESS_HEAD = r"^(?:INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL):\s+\S* - \""
 BARE_TRACEBACK = (r'^(?:Traceback \(most recent call last\):'
                   r'|  File "[^"]*/(?:sglang|vllm|torch)/[^"]*", line \d+, in \S)')
 FAULTHANDLER_START = r"^(?:Fatal Python error: |Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!$)"
+# An idle leak check printed without a log prefix, in any release's wording (sglang-formats.md §4.2): Python's
+# warning line ('.../scheduler.py:1326: UserWarning: ...'), the ValueError line of a traceback cut above it, the
+# message alone (in inline backticks too), 2024's 'Warning: available_size=N, max_total_num_token=M'.  A start
+# of its own only where no traceback holds it (sglang_log._bare_leak_starts).
+LEAK_TEXT = (r"\s*`?(?:\S+\.py:\d+: UserWarning: |UserWarning: |ValueError: )?"
+             r"(?:(?:[\w.-]+ )?memory leak detected!|Warning: available_size=\d+, max_total_num_tokens?=\d+)")
+BARE_LEAK = "^" + LEAK_TEXT
+# The second line of 2024's warning: a start only where nothing else takes it (the first line was cut).
+BARE_LEAK_WEAK = r"^\s*`?KV cache pool leak detected!"
 NON_PREFIXED_KINDS = [("torch_nccl", GLOG), ("nccl_debug", NCCL_DEBUG), ("vllm", VLLM), ("access", BARE_ACCESS),
-                      ("environment", ENVIRONMENT), ("faulthandler", FAULTHANDLER_START)]
+                      ("environment", ENVIRONMENT), ("faulthandler", FAULTHANDLER_START), *TORCH_JOB_KINDS,
+                      ("train_step", STEP_LINE)]
 
 
 

@@ -12,7 +12,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import desync_report, faulthandler, leaks, native_trace, pyspy, stackrows, torch_nccl
+from . import (
+    desync_report,
+    faulthandler,
+    leaks,
+    native_trace,
+    pyspy,
+    stackrows,
+    torch_job,
+    torch_nccl,
+    train_steps,
+)
 from .sglang_patterns import SERVER_ARG_KEYS
 
 
@@ -202,6 +212,88 @@ def _leak_text(rec: Record, out: RecordRows) -> dict[str, Any]:
     return attrs
 
 
+def _set_rank(rec: Record, out: RecordRows, rank: int | None) -> None:
+    """A torch global rank the record names ('[rankN]:'), where no SGLang prefix gave one."""
+    if rank is not None and not rec.rank:
+        out.rank[rec.line] = f"rank{rank}"
+
+
+def _c10d_error(rec: Record, out: RecordRows) -> dict[str, Any]:
+    attrs = torch_job.error_attrs(rec.body, rec.cont)
+    _set_rank(rec, out, attrs.pop("global_rank", None))
+    return attrs
+
+
+def _rank_traceback(rec: Record, out: RecordRows) -> dict[str, Any]:
+    """A rank's Python traceback under torchrun's prefix: its exception line, when it is not a record of its
+    own (a gloo / c10d error is), from the same rank's lines (ranks' tracebacks interleave)."""
+    rank, _ = torch_job.strip_rank(rec.body)
+    _set_rank(rec, out, rank)
+    exc = None
+    for s in rec.cont:
+        r, text = torch_job.strip_rank(s)
+        if r == rank and torch_job.EXCEPTION_LINE_RE.match(text):
+            exc = text[:500]
+    return {"exception": exc} if exc else {}
+
+
+def _elastic_time(rec: Record, m: re.Match[str] | None, out: RecordRows) -> None:
+    """The glog time of an elastic agent line (no year: the nearest dated line's, as for torch's C++ glog)."""
+    if m is None:
+        return
+    ts = torch_nccl._glog_time(m, rec.ctx_ts)
+    if ts is None:
+        return
+    if rec.ctx_mtime:
+        ts = torch_nccl.at_or_before(ts, rec.ctx_ts)
+    elif rec.ctx_dated:
+        ts = torch_nccl.align_to_log({"ts": ts}, rec.ctx_ts, rec.next_ts)
+    out.ts[rec.line] = ts
+
+
+def _torch_elastic(rec: Record, out: RecordRows) -> dict[str, Any]:
+    """torchrun's elastic agent: a worker that failed (rank_exit: its exit code, local rank and pid; the
+    agent names no global rank), a worker it stopped, a signal it received."""
+    a = torch_job.elastic_line(rec.body)
+    if a is None:
+        return {}
+    _elastic_time(rec, a.pop("_time"), out)
+    _set_rank(rec, out, a.pop("global_rank", None))
+    return a
+
+
+def _child_failed(rec: Record, out: RecordRows) -> dict[str, Any]:
+    """torchrun's failure summary: one rank_exit event per failed rank (its entry's lines), the summary's
+    own fields on its event."""
+    lines = [rec.body, *rec.cont]
+    summary, entries = torch_job.failure_entries(lines)
+    for e in entries:
+        attrs = {"source": "torchrun_summary", "root_cause": e["root_cause"],
+                 **{k: e.get(k) for k in ("exit_code", "signal", "pid", "local_rank", "host", "error_file",
+                                          "traceback", "error")}}
+        rank = e.get("rank")
+        out.events.append({
+            "engine": out.engine, "path": out.path, "line": rec.line + e["offset"],
+            "line_end": rec.line + e["offset_end"], "ts": e.get("ts"),
+            "rank": rec.rank or (f"rank{rank}" if rank is not None else ""), "kind": "rank_exit",
+            "message": re.sub(r"\s+", " ", " ".join(lines[e["offset"]:e["offset_end"] + 1])).strip()[:2000],
+            "attrs": json.dumps({k: v for k, v in attrs.items() if v is not None}, default=str),
+        })
+    times = [e["ts"] for e in entries if e.get("ts") is not None]
+    if times and rec.ts is None:
+        out.ts[rec.line] = min(times)
+    return summary
+
+
+def _train_step(rec: Record, out: RecordRows) -> dict[str, Any]:
+    """A job's own progress line: its time (the line's own, a full date), its rank, its step number."""
+    ts, rank, attrs = train_steps.step_line(rec.body)
+    if ts is not None and rec.ts is None:
+        out.ts[rec.line] = ts
+    _set_rank(rec, out, rank)
+    return attrs
+
+
 HANDLERS: dict[str, Callable[[Record, RecordRows], dict[str, Any]]] = {
     "torch_nccl": _torch_nccl,
     "faulthandler": _faulthandler,
@@ -216,6 +308,12 @@ HANDLERS: dict[str, Callable[[Record, RecordRows], dict[str, Any]]] = {
     "scheduler_exception": _leak_text,
     "mem_leak_warning": _leak_text,
     "mem_leak_busy": _leak_text,
+    "c10d_error": _c10d_error,
+    "rank_traceback": _rank_traceback,
+    "rank_exit": _torch_elastic,
+    "torch_elastic": _torch_elastic,
+    "child_failed": _child_failed,
+    "train_step": _train_step,
 }
 
 

@@ -3,8 +3,12 @@ no decompression bombs."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import tarfile
+import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -82,3 +86,55 @@ def unpack_archive(archive: Path, dest: Path) -> Path:
     named = dest.parent / name
     dest.rename(named)
     return named
+
+
+BUNDLE_CACHE = "hangforensics-bundles"
+CACHE_KEEP_S = 7 * 86400          # unpacked bundles not used for a week are removed
+
+
+def stable_unpack(archive: Path) -> tuple[Path, Path]:
+    """Unpack ``archive`` (as :func:`unpack_archive`) into a folder named after the archive's path, size and
+    modification time, reused while the archive is unchanged; returns (the unpack folder's top entry, the
+    engine folder inside it).
+
+    The same unchanged bundle unpacks to the same place on every run, so a second ``report`` / ``scan``
+    into one database sees the same files and re-reads nothing (a fresh temporary folder each time made
+    every member a new file).  Folders unused for ``CACHE_KEEP_S`` are removed."""
+    st = archive.stat()
+    key = hashlib.sha1(f"{archive.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:20]
+    cache = Path(tempfile.gettempdir()) / BUNDLE_CACHE
+    final = cache / key
+    marker = final / ".unpacked"
+    if marker.is_file():
+        inner = final / marker.read_text(encoding="utf-8").strip()
+        if inner.is_dir():
+            os.utime(final)
+            return final / inner.relative_to(final).parts[0], inner
+    cache.mkdir(parents=True, exist_ok=True)
+    _prune(cache)
+    work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache))
+    try:
+        inner = unpack_archive(archive, work / "x")
+        (work / ".unpacked").write_text(inner.relative_to(work).as_posix(), encoding="utf-8")
+        shutil.rmtree(final, ignore_errors=True)         # a stale or half-written one
+        try:
+            os.rename(work, final)
+        except OSError:
+            if not marker.is_file():                    # another process's unpack did not win either
+                raise
+            shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    inner = final / marker.read_text(encoding="utf-8").strip()
+    return final / inner.relative_to(final).parts[0], inner
+
+
+def _prune(cache: Path) -> None:
+    now = time.time()
+    for d in cache.iterdir():
+        try:
+            if now - d.stat().st_mtime > CACHE_KEEP_S:
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            continue

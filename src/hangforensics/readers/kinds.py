@@ -16,7 +16,8 @@ from ..parsers.flight_recorder import looks_like_flight_recorder
 from ..parsers.gpu import looks_like_nvidia_smi
 from ..parsers.nccl_ras import looks_like_nccl_ras
 from ..parsers.process_snapshot import looks_like_process_snapshot
-from ..parsers.sglang_patterns import BARE_TRACEBACK
+from ..parsers.sglang_patterns import BARE_TRACEBACK, LEAK_TEXT
+from ..parsers.train_steps import STEP_LINE
 from .envelopes import EnvelopeStack
 from .logfile import head_text, open_binary
 from .payload import head_lines, sniff
@@ -27,6 +28,18 @@ LOG_SNIFF = re.compile(
     r"|(?:\[rank\d+\]:)?\[[IWEF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+| [\w.]+\.\w+:\d+\])"    # torch glog (< 2.3: no time)
     r"|(?:\([\w .=-]*pid=\d+(?:, ip=[\d.]+)?\)\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"  # vLLM
     r"|Environment: \S+="
+    # a torch.distributed job's own lines: a rank's traceback or error under torchrun's prefix, torchrun's
+    # elastic agent (glog form, or logging's default before torch 2.3), its failure summary, a gloo abort
+    r"|\[rank\d+\]: ?(?:Traceback \(|(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): )"
+    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S*torch/distributed/\S*:\d+\] "
+    r"|(?:INFO|WARNING|ERROR|CRITICAL):torch\.distributed\.[\w.]+:"
+    r"|torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError:"
+    r"|Root Cause \(first observed failure\):|  exitcode  : -?\d+ \(pid: \d+\)"
+    r"|terminate called after throwing an instance of 'gloo::"
+    # an idle leak check without a log prefix (a Python warning line, a ValueError line, an older wording)
+    r"|" + LEAK_TEXT +
+    # a job's own dated step / iteration lines (parsers/train_steps.py)
+    r"|" + STEP_LINE.removeprefix("^") +
     r")",
     re.M,
 )

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from .archives import ARCHIVE_SUFFIXES, unpack_archive
+from .archives import ARCHIVE_SUFFIXES, stable_unpack
 from .kinds import detect_kind
 
 ROTATION_RE = re.compile(r"^(?P<base>.+?)\.(?P<n>\d+)(?:\.gz)?$")
@@ -84,9 +83,7 @@ class Workspace:
             raise InputError(f"no such file or directory: {path}")
         if path.is_file():
             if path.name.endswith(ARCHIVE_SUFFIXES):
-                tmp = Path(tempfile.mkdtemp(prefix="hangforensics-"))
-                self._tmp.append(tmp)
-                inner = unpack_archive(path, tmp / "x")
+                _, inner = stable_unpack(path)
                 return self.resolve(inner, mode)
             engine = path.resolve().parent.name
             return path.parent, [self._file(engine, path, path.parent)]
@@ -116,14 +113,11 @@ class Workspace:
             if not f.name.endswith(ARCHIVE_SUFFIXES):
                 out.append(self._file(engine, f, root))
                 continue
-            tmp = Path(tempfile.mkdtemp(prefix="hangforensics-bundle-"))
-            self._tmp.append(tmp)
             try:
-                unpack_archive(f, tmp / "x")
+                unpacked, _ = stable_unpack(f)                 # 'x', or renamed after the archive
             except InputError:
                 out.append(self._file(engine, f, root))
                 continue
-            unpacked = next(p for p in tmp.iterdir())          # 'x', or renamed after the archive
             rel = f.relative_to(root).as_posix() if f.is_relative_to(root) else f.name
             for inner in _files_under(unpacked):
                 base, rot = rotation_of(inner.name)

@@ -175,8 +175,9 @@ def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[s
                    f"liveness probes cannot see this hang, and load balancers kept routing to it.")
     for f in by_rule.get("watchdog-kill", []):
         hard = "took the engine down" in f["title"]
+        soft = f["title"].startswith("Soft")        # neither: its timeout line is not in the evidence
         out.append(f"The scheduler watchdog fired{_at(f['ts'])} on {len(f['ranks'])} rank(s)"
-                   + (" and took the engine down." if hard else " (soft: it only dumped)."))
+                   + (" and took the engine down." if hard else " (soft: it only dumped)." if soft else "."))
     if by_rule.get("busy-leak-report"):
         out.append("The memory 'leak' printed in the watchdog dump is a red herring: it counts the in-flight "
                    "batch's own KV pages. Do not chase a KV-cache leak.")
@@ -198,6 +199,8 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
     if span["a"] is None:
         return None
     t0, t1 = span["a"], span["b"]
+    if stall is not None and stall["onset"] is None:
+        stall = None                        # onset unknown (a watchdog whose timeout is not in the evidence)
     if stall is not None:
         t0 = max(t0, stall["onset"] - timedelta(minutes=10))
         t1 = max(stall["evidence_end"], stall["onset"] + timedelta(seconds=30))

@@ -66,8 +66,13 @@ VIEW_NOTES = {
                       "the last mark before it.",
     "nccl_progress": "torch ProcessGroupNCCL progress per rank and process group, compared within the group: "
                      "a rank behind the group's furthest completed collective is the suspect.",
-    "watchdog_fires": "One row per scheduler watchdog timeout line, with when the watchdog fired: the first line "
-                      "of the same rank's dump before it (py-spy runs for seconds between the two).",
+    "watchdog_fires": "One row per scheduler watchdog firing, with when it fired. A firing with its timeout line: "
+                      "that line, fired when the first line of the same rank's dump before it was printed (py-spy "
+                      "runs for seconds between the two). A firing whose timeout line is not in the evidence is "
+                      "read from the watchdog's other outputs (a rank's debug-info block, batch record, py-spy "
+                      "record or py-spy failure, which only a firing watchdog prints, with no timeout line of that "
+                      "rank within 60 s and no progress of that rank within watchdog_timeout before): one row per "
+                      "rank and dump, attrs.inferred_from naming the outputs.",
 }
 VIEW_NOTES.update({
     "captures": "One row per `hangforensics capture` bundle read (its manifest.json): host, command, options, "
@@ -123,7 +128,7 @@ VIEW_COLUMNS: dict[str, dict[str, str]] = {
         "engine": "the engine", "path": "file of the progress line", "line": "line number in that file",
         "ts": "when it was printed, on the main log's clock",
         "rank": "rank that printed it ('TP0'); vLLM: the engine core's series ('DP1'), '' for the whole engine",
-        "batch_kind": "Prefill, Decode, or vllm for a vLLM stats line",
+        "batch_kind": "Prefill, Decode, vllm for a vLLM stats line, or step for a job's own step line (events of kind train_step)",
         "running_req": "requests running (SGLang '#running-req', vLLM 'Running: N reqs')",
         "queue_req": "requests waiting (SGLang '#queue-req', vLLM 'Waiting: N reqs', V0 'Pending: N reqs')",
         "pending_req": "PD disaggregation queues (batches.pending_req); NULL for vLLM",
@@ -147,11 +152,16 @@ VIEW_COLUMNS: dict[str, dict[str, str]] = {
         "release_hint": "SGLang release family the log formats point at",
     },
     "watchdog_fires": {
-        "engine": "the engine", "path": "file of the timeout line", "line": "its line",
-        "ts": "when the timeout line was printed, on the main log's clock",
-        "rank": "the rank whose watchdog fired", "attrs": "the timeout line's attributes (timeout, soft, who)",
+        "engine": "the engine", "path": "file of the timeout line (else of the firing's first other output)",
+        "line": "its line",
+        "ts": "when that line was printed, on the main log's clock (NULL: an output copied without its prefix)",
+        "rank": "the rank whose watchdog fired",
+        "attrs": "the timeout line's attributes (timeout, soft, who); a firing read from other outputs: "
+                 "inferred_from (which), timeout (the engine's, from another timeout line or the server args), "
+                 "soft NULL (not known)",
         "fired_at": "when the watchdog fired: the first line of the rank's dump before the timeout line (debug "
-                    "info, batch info or py-spy record, within 60 s), else the timeout line's time",
+                    "info, batch info or py-spy record, within 60 s), else the timeout line's time; a firing read "
+                    "from other outputs: its first output's time",
     },
     "nccl_progress": {
         "engine": "the engine", "pg": "process group (PG GUID, else PG ID)",

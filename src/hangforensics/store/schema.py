@@ -75,7 +75,7 @@ TABLES: dict[str, str] = {
         line_end BIGINT,                -- last line of a multi-line record (continuations attached)
         ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
         rank VARCHAR,                   -- as SGLang writes it: 'TP3', 'DP1 TP1 EP1', '' for the main process
-        kind VARCHAR,                   -- what the record is: server_args, watchdog, pyspy_header, torch_nccl, exception, vllm_stats, nccl_ras (what a RAS report singles out about a rank), log, ...
+        kind VARCHAR,                   -- what the record is: server_args, watchdog, pyspy_header, torch_nccl, exception, vllm_stats, nccl_ras (what a RAS report singles out about a rank), a torch.distributed job's rank_exit (a worker's exit as torchrun reports it: exit_code, signal, pid, local_rank, root_cause), child_failed (torchrun's failure summary), torch_elastic, rank_traceback, c10d_error (a gloo / c10d error: backend, error, op, timeout_ms, abort), train_step (a job's own dated step / iteration line: step; its forward progress), log, ...
         message VARCHAR,                -- first line of the record, without its prefix
         attrs JSON,                     -- kind-specific fields (pid, timeout, seq, ...)
         collected_ts TIMESTAMP          -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one

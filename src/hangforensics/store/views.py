@@ -13,13 +13,18 @@ VIEWS = {
                        THEN 'DP' || engine_index ELSE '' END AS series
         FROM vllm_stats
     """,
-    # Forward progress: SGLang batch lines, and vLLM stats lines whose generation throughput moved.
+    # Forward progress: SGLang batch lines, vLLM stats lines whose generation throughput moved, and a
+    # torch.distributed job's own dated step lines (parsers/train_steps.py).
     "progress": """
         SELECT engine, path, line, ts, rank, batch_kind, running_req, queue_req, pending_req FROM batches
         UNION ALL
         SELECT engine, path, line, ts, series AS rank, 'vllm' AS batch_kind, running AS running_req,
                waiting AS queue_req, NULL::BIGINT AS pending_req
         FROM vllm_series WHERE gen_tps > 0
+        UNION ALL
+        SELECT engine, path, line, ts, rank, 'step' AS batch_kind, NULL::BIGINT AS running_req,
+               NULL::BIGINT AS queue_req, NULL::BIGINT AS pending_req
+        FROM events WHERE kind = 'train_step' AND ts IS NOT NULL
     """,
     # One row per (engine, source, rank, process group, sequence number, op) as reported: several torch
     # lines about one collective on one rank are one row (a timeout line names no group: it takes the
@@ -118,23 +123,73 @@ VIEWS = {
              LEFT JOIN torch USING (engine)
         GROUP BY ALL
     """,
-    # One row per scheduler watchdog timeout line, with the time the watchdog fired: the first line of the
-    # same rank's dump before it (debug info / batch info / py-spy record), else the timeout line itself.
-    # py-spy --native runs for seconds between the two, so timeout lines of ranks that fired together can
-    # be seconds apart.
+    # One row per scheduler watchdog firing, with the time it fired.  A firing with its timeout line: the
+    # line, fired_at the first line of the same rank's dump before it (debug info / batch info / py-spy
+    # record), else the timeout line itself; py-spy --native runs for seconds between the two, so timeout
+    # lines of ranks that fired together can be seconds apart.  A firing whose timeout line is not in the
+    # evidence (cut off, not pasted) is read from its other outputs: a rank's debug-info block, batch record,
+    # py-spy record or py-spy failure with no timeout line of that rank within 60 s is its watchdog firing
+    # (only the watchdog prints them under a scheduler's prefix; a py-spy record without prefix only in its
+    # old form, of a scheduler's own pid: the rank is its process title).  The outputs of one dump (seconds
+    # apart) are one firing: its first output's line and time, attrs.inferred_from naming the outputs and
+    # attrs.timeout the engine's watchdog_timeout where another timeout line or the server args give it.
     "watchdog_fires": """
         WITH t AS (
             SELECT engine, path, line, ts, rank, attrs FROM events WHERE kind = 'watchdog_timeout'),
         d AS (
             SELECT engine, rank, ts FROM events
             WHERE kind IN ('watchdog_debug_info', 'watchdog_batch_info', 'pyspy_dump', 'pyspy_failed')
-              AND ts IS NOT NULL AND rank <> '')
+              AND ts IS NOT NULL AND rank <> ''),
+        tmo AS (
+            SELECT engine, max(secs) AS secs FROM (
+                SELECT engine, TRY_CAST(json_extract_string(attrs, '$.timeout') AS DOUBLE) AS secs
+                FROM events WHERE kind = 'watchdog_timeout'
+                UNION ALL
+                SELECT engine, TRY_CAST(json_extract_string(attrs, '$.watchdog_timeout') AS DOUBLE)
+                FROM events WHERE kind = 'server_args') GROUP BY engine),
+        hb AS (   -- a failed health check's last_heartbeat: the engine's output last reached the tokenizer then
+            SELECT engine, CASE WHEN h > ts THEN h - INTERVAL 1 DAY ELSE h END AS ts FROM (
+                SELECT engine, ts, CAST(ts AS DATE) + TRY_CAST(json_extract_string(attrs, '$.last_heartbeat') AS TIME) AS h
+                FROM events WHERE kind = 'health_check_failed' AND ts IS NOT NULL) WHERE h IS NOT NULL),
+        o AS (   -- outputs with no timeout line of their rank: not a firing either where the rank made progress
+                 -- within watchdog_timeout before (the engine's, else 300 s, the default): it fires only after that
+            SELECT e.engine, e.path, e.line, e.ts, e.rank, e.kind FROM events e LEFT JOIN tmo ON tmo.engine = e.engine
+            WHERE e.kind IN ('watchdog_debug_info', 'watchdog_batch_info', 'pyspy_dump', 'pyspy_failed')
+              AND e.rank <> '' AND e.rank NOT LIKE 'rank%'
+              AND NOT EXISTS (SELECT 1 FROM t WHERE t.engine = e.engine AND t.rank = e.rank
+                              AND (e.ts IS NULL OR t.ts IS NULL OR (t.ts >= e.ts - INTERVAL 60 SECOND
+                                                                    AND t.ts <= e.ts + INTERVAL 60 SECOND)))
+              AND NOT EXISTS (SELECT 1 FROM progress p WHERE p.engine = e.engine AND p.rank = e.rank
+                              AND p.ts <= e.ts AND p.ts > e.ts - to_seconds(COALESCE(tmo.secs, 300)))
+              -- engine-wide output (a non-DP rank's group made progress then)
+              AND NOT EXISTS (SELECT 1 FROM hb WHERE hb.engine = e.engine AND e.rank NOT LIKE '%DP%'
+                              AND hb.ts <= e.ts AND hb.ts > e.ts - to_seconds(COALESCE(tmo.secs, 300)))),
+        g AS (
+            -- undated outputs (sorted last) join the rank's firing before them, or make one of their own
+            SELECT *, sum(CASE WHEN rn = 1 THEN 1 WHEN ts IS NULL THEN 0
+                               WHEN ts - prev > INTERVAL 60 SECOND THEN 1 ELSE 0 END)
+                        OVER (PARTITION BY engine, rank ORDER BY ts NULLS LAST, path, line) AS firing
+            FROM (SELECT *, lag(ts) OVER w AS prev, row_number() OVER w AS rn FROM o
+                  WINDOW w AS (PARTITION BY engine, rank ORDER BY ts NULLS LAST, path, line))),
+        lone AS (
+            SELECT g.engine, rank, firing,
+                   first(path ORDER BY ts NULLS LAST, path, line) AS path,
+                   first(line ORDER BY ts NULLS LAST, path, line) AS line, min(ts) AS ts,
+                   array_to_string(list_sort(list(DISTINCT CASE kind
+                       WHEN 'watchdog_debug_info' THEN 'debug info block' WHEN 'watchdog_batch_info' THEN 'batch record'
+                       WHEN 'pyspy_dump' THEN 'py-spy record' ELSE 'py-spy failure line' END)), ' and ') AS outputs
+            FROM g GROUP BY g.engine, rank, firing)
         SELECT t.*, COALESCE((
             SELECT min(d.ts) FROM d
             WHERE d.engine = t.engine AND d.rank = t.rank AND d.ts <= t.ts AND d.ts >= t.ts - INTERVAL 60 SECOND
               AND NOT EXISTS (SELECT 1 FROM t p WHERE p.engine = t.engine AND p.rank = t.rank
                               AND p.ts < t.ts AND p.ts >= d.ts)), t.ts) AS fired_at
         FROM t
+        UNION ALL
+        SELECT l.engine, l.path, l.line, l.ts, l.rank,
+               json_object('timeout', tmo.secs, 'soft', NULL, 'who', 'Scheduler', 'inferred_from', l.outputs),
+               l.ts AS fired_at
+        FROM lone l LEFT JOIN tmo ON tmo.engine = l.engine
     """,
     # torch ProcessGroupNCCL progress per rank and process group, compared within the group:
     # ranks stuck on the same SeqNum agree; a rank behind the group's furthest, or absent, is the suspect.

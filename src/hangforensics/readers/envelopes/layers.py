@@ -17,6 +17,11 @@ PAYLOAD_HEAD = (r"(?:\([\w .=-]*pid=\d+[^)\n]*\)\s*)?"     # vLLM's tags: '(Vllm
                 r"(?:\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} |[IWEF] \w+\.\w+:\d+\] )"
                 r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d )")
 
+# torch.distributed's Python log lines in glog form (torchrun's elastic agent) and the lines of torchrun's
+# failure summary that no other head covers (parsers/torch_job.py).
+TORCH_JOB_HEAD = (r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] |torch\.distributed\.[\w.]+(?:Error|Exception):"
+                  r"|\S*[./]\S* FAILED$|Failures:$|Root Cause \(first observed failure\):$|\[\d+\]:$")
+
 # A physical line that begins something (a record, an envelope prefix, a dump line, a blank line), as
 # opposed to the continuation of a line a terminal wrapped.  Indented lines count as beginnings (dump
 # frames, tracebacks): a wrap continues with one space at most, so a wrap at a space is left unjoined.
@@ -25,7 +30,8 @@ LINE_START = re.compile(
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d|<\d{1,3}>|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\{\"|[\w.-]+ +\||>"
     r"|\[|\(\w+ pid=\d+|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)[: ]|\w*(?:Error|Exception|Warning)\b"
     r"|Traceback |Thread (?:0x[0-9a-fA-F]+|\d+) |Process \d+|Current thread |Fatal Python |File \""
-    r"|frame #\d+|#\d+ |terminate called|Environment: |[\w.-]+:\d+:\d+ \[\d+\] NCCL)",
+    r"|frame #\d+|#\d+ |terminate called|Environment: |[\w.-]+:\d+:\d+ \[\d+\] NCCL"
+    r"|" + TORCH_JOB_HEAD + r")",
     re.ASCII)
 
 # Outside the fences of a paste: a line that looks like evidence (else it is prose, not evidence).
@@ -35,7 +41,7 @@ EVIDENCE = re.compile(
     r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)[: ]|\w*(?:Error|Exception)\b:|Traceback \(|"
     r"Thread (?:0x[0-9a-fA-F]+|\d+) |Process \d+: |Python v\d|Current thread 0x|Fatal Python error"
     r"|frame #\d+|#\d+ +0x|terminate called|  what\(\)|Exception raised from|Environment: \S+="
-    r"|[\w.-]+:\d+:\d+ \[\d+\] NCCL|\w+(?:\.\w+)*(?:\(\))?=\S)",
+    r"|[\w.-]+:\d+:\d+ \[\d+\] NCCL|\w+(?:\.\w+)*(?:\(\))?=\S|" + TORCH_JOB_HEAD + r")",
     re.ASCII)
 
 
