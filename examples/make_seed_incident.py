@@ -628,6 +628,40 @@ PY_MAIN_FRAMES = [
 ]
 
 
+def capture_manifest(procs: list[RankProc], captures: list[tuple[str, int, float]]) -> str:
+    """A capture manifest (format hangforensics-capture 1) dating the operator's py-spy dumps: one round per
+    dump, on the log's clock (the host's wall clock, written with its zone as capture writes it)."""
+    def iso(t: float) -> str:
+        return (T0 + timedelta(seconds=t)).isoformat(timespec="microseconds") + "+00:00"
+
+    first, last = captures[0][2], captures[-1][2]
+    rounds, processes = [], []
+    for k, (name, rank, t) in enumerate(captures, start=1):
+        p = procs[rank]
+        processes.append({"pid": p.pid, "ppid": None, "title": f"sglang::scheduler_TP{rank}", "role": "scheduler",
+                          "rank": f"TP{rank}", "label": f"TP{rank}", "exe": "/usr/bin/python3.12", "python": True,
+                          "create_time": None, "state": None, "cpu_user_s": None, "cpu_system_s": None,
+                          "wchan": None, "threads": None})
+        rounds.append({"index": k, "started": iso(t - 0.6), "finished": iso(t), "proc_file": None,
+                       "dumps": [{"round": k, "pid": p.pid, "label": f"TP{rank}", "rank": f"TP{rank}",
+                                  "role": "scheduler", "ok": True, "file": name, "error_file": None,
+                                  "start": iso(t - 0.6), "end": iso(t), "native": False}],
+                       "facts": []})
+    doc = {
+        "format": "hangforensics-capture", "format_version": 1, "engine": "seed-incident",
+        "host": {"hostname": "gpu-node-07", "kernel": "6.8.0-51-generic", "machine": "x86_64", "euid": 0,
+                 "ptrace_scope": "1"},
+        "command": ["py-spy", "dump", "--pid", "(each rank, by hand)"], "hangforensics_version": "",
+        "started": iso(first - 0.6), "finished": iso(last),
+        "target": {"selector": "pid", "value": None, "root_pid": procs[0].pid, "family": "sglang"},
+        "options": {"native": False, "repeat": len(captures), "interval_s": round(last - first, 1),
+                    "timeout_s": 120.0, "log_lines": 0},
+        "tools": [{"name": "py-spy", "version": "0.4.0", "path": "/usr/local/bin/py-spy", "note": None}],
+        "processes": processes, "rounds": rounds, "gpu_file": None, "logs": [], "failures": [], "skipped": [],
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def pyspy_body(p: RankProc, native: bool, watchdog_dumping: bool) -> str:
     L = [f"Process {p.pid}: sglang::scheduler_TP{p.rank}", "Python v3.12.3 (/usr/bin/python3.12)", "",
          f'Thread {p.pid} (idle): "MainThread"']
@@ -843,6 +877,9 @@ def build(out_dir: Path) -> dict:
         epoch = calendar.timegm((T0 + timedelta(seconds=t_cap)).timetuple())
         os.utime(path, (epoch, epoch))
         captures.append((name, rank, t_cap))
+    # a clone's file times are the clone's: the captures are dated by a capture manifest beside them
+    # (interface.md §3 "Dates", §6), the way `hangforensics capture` writes one
+    (cap_dir / "manifest.json").write_text(capture_manifest(procs, captures), encoding="utf-8", newline="\n")
 
     # ---- facts for README / expected.json (read back from the rendered log)
     health_after = [h for h in health_ts if math.floor(h) > onset_s]
@@ -921,8 +958,11 @@ def write_docs(out_dir: Path, facts: dict) -> None:
 
     caps = "\n".join(
         f"| `captures/{name}` | operator `py-spy dump --pid {SCHED_PIDS[rank]}` (plain) of TP{rank}, taken at "
-        f"{stamp(t)} (onset + {t - onset:.0f} s); the file's mtime is set to that time, read as UTC |"
-        for name, rank, t in facts["captures"])
+        f"{stamp(t)} (onset + {t - onset:.0f} s), dated by `captures/manifest.json` |"
+        for name, rank, t in facts["captures"]) + (
+        "\n| `captures/manifest.json` | a capture manifest (as `hangforensics capture` writes one) saying when "
+        "each dump was taken: a clone's file times are the clone's, so the dumps are dated by it, not by "
+        "their modification times |")
     finished = facts["last_decode_running"] - facts["n_running"]
     since = (f"{facts['steps_since_log']} decode steps after the last Decode line, which counted "
              f"{facts['last_decode_running']} requests / {facts['last_decode_tokens']} tokens"

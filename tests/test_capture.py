@@ -409,6 +409,16 @@ def test_a_pyspy_that_hangs_is_stopped_within_the_timeout(symm_tree, tmp_path):
 def test_find_pyspy_off_path_and_not_installed():
     found = find_pyspy(search_path="", installed=False)
     assert found.path is None and "not on PATH" in found.note
+    assert "pip install 'hangforensics[capture]'" in found.note          # the command that brings it
+
+
+def test_the_capture_extra_brings_pyspy():
+    """``pip install 'hangforensics[capture]'`` installs py-spy: the extra the error names exists."""
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    extras = meta["project"]["optional-dependencies"]
+    assert any(req.startswith("py-spy") for req in extras["capture"])
 
 
 @needs_pyspy

@@ -105,7 +105,7 @@ def find_pyspy(override: str | None = None, search_path: str | None = None, inst
             p, how = _installed_pyspy(), "installed with hangforensics"
         if p is None:
             return PySpy(None, None, "py-spy not found (not on PATH, not installed in this Python): no stack "
-                                     "dumps; pip install py-spy, or give --py-spy PATH")
+                                     "dumps; pip install 'hangforensics[capture]', or give --py-spy PATH")
     r = run_bounded([p, "--version"], 5.0)
     text = r.stdout.decode("utf-8", "replace").strip()
     version = text.split()[-1] if r.exit_code == 0 and text else None
