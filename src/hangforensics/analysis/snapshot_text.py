@@ -11,7 +11,7 @@ from typing import Any
 
 from ..ranks import rank_key
 from ..store import Store
-from .snapshots import RankSeries, per_iteration
+from .snapshot_model import RankSeries, per_iteration
 from .stackclasses import collective_of, compact_ranks, path_of
 
 STATE_WORDS = {"S": "S (sleeping)", "D": "D (uninterruptible: a driver wait)", "R": "R (on a CPU)",

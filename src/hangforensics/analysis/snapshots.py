@@ -21,40 +21,18 @@ for an iteration that never comes: a desync, and that rank is the odd one out.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from ..ranks import rank_key
 from ..store import Store
-from .stackclasses import PER_ITERATION_SITES, RankStack, collective_of, main_stacks, path_of
+from .snapshot_model import RankSeries, Snap
+from .snapshot_text import fill_details, round_desyncs
+from .stackclasses import collective_of, main_stacks, path_of
 
 FLAT_CPU_S = 0.05          # CPU seconds a blocked rank may still show between two rounds (clock ticks, signals)
 FLAT_CPU_RATE = 0.02       # ... plus this share of the seconds between them (a helper thread's wake-ups)
 SPIN_RATE = 0.5            # without dumps to compare: CPU seconds per second that make a rank spinning
 INTERNAL = ("changed", "rounds")     # row keys the model uses and the table does not keep
-
-
-@dataclass
-class Snap:
-    """One rank at one round: its /proc facts and its main-thread dump, either of which may be missing."""
-
-    round: int
-    ts: datetime | None
-    facts: dict[str, Any] | None = None
-    stack: RankStack | None = None
-
-    @property
-    def frames(self) -> tuple[str, ...] | None:
-        return tuple(path_of(self.stack)) if self.stack is not None else None
-
-
-@dataclass
-class RankSeries:
-    capture_id: str
-    pid: int
-    rank: str
-    snaps: list[Snap] = field(default_factory=list)
 
 
 def _cpu(f: dict[str, Any] | None, main: bool) -> float | None:
@@ -198,7 +176,6 @@ def build(store: Store, engine: str) -> tuple[list[dict[str, Any]], list[RankSer
         row = classify(series)
         row.update(engine=engine, evidence=_evidence(series, row))
         rows.append(row)
-    from .snapshot_text import fill_details
 
     fill_details(rows)
     return rows, all_series
@@ -206,7 +183,6 @@ def build(store: Store, engine: str) -> tuple[list[dict[str, Any]], list[RankSer
 
 def rebuild(store: Store, engines: list[str]) -> None:
     """Refill ``snapshot_facts``; add or confirm ``desyncs`` that repeated snapshots show."""
-    from .snapshot_text import round_desyncs
 
     store.con.execute("DELETE FROM snapshot_facts WHERE list_contains(?, engine)", [engines])
     for e in engines:
@@ -219,7 +195,3 @@ def snapshot_status(store: Store, engine: str) -> dict[str, str]:
     """dump_id -> what the snapshots say of the rank whose latest dump it is (for the signatures' 'blocked')."""
     return {r["dump_id"]: r["status"] for r in store.query(
         "SELECT dump_id, status FROM snapshot_facts WHERE engine = ? AND dump_id IS NOT NULL", [engine])}
-
-
-def per_iteration(coll: str | None, site: str | None) -> bool:
-    return bool(coll) and bool(PER_ITERATION_SITES.search(site or ""))

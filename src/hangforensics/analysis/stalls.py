@@ -19,13 +19,13 @@ The logic follows interface.md §3 "Progress and pending work":
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from ..parsers.vllm_patterns import HANG_KINDS
 from ..ranks import rank_key
 from ..store import Store
+from . import vllm_stalls
+from .pending import Judgement
 from .probes import NON_WORK_PATHS
 from .segments import Segment, fmt, segments_of
 
@@ -36,22 +36,6 @@ REQUEST_GRACE_S = 2.0         # access lines this soon after the last batch line
 MIN_LATE_REQUESTS = 2
 RUNNING_STALL = 8             # a last line with this many running requests cannot finish unseen; fewer
                               # plausibly finished within the steps before the next line was due
-
-
-@dataclass
-class Judgement:
-    """Why a silence is a stall: reasons in words, the lines they rest on, and whether any is hard
-    (a watchdog or a timeout: the engine itself says it is stuck)."""
-
-    reasons: list[str] = field(default_factory=list)
-    evidence: list[dict[str, Any]] = field(default_factory=list)
-    hard: bool = False
-
-    def add(self, reason: str, path: str | None, line: int | None, hard: bool = False) -> None:
-        self.reasons.append(reason)
-        if path:
-            self.evidence.append({"file": path, "line": line})
-        self.hard = self.hard or hard
 
 
 def stall_of(store: Store, seg: Segment) -> dict | None:
@@ -330,7 +314,6 @@ def candidates(store: Store, engines: list[str]) -> list[str]:
 
 def rebuild(store: Store, engines: list[str] | None = None) -> None:
     """Recompute stalls, rank_stops and freezes for ``engines`` (default: all)."""
-    from . import vllm_stalls
     from .freezes import freeze_row, rank_stops
 
     if engines is None:

@@ -29,9 +29,9 @@ from typing import Any
 
 from ..ranks import rank_key
 from ..store import Store
+from .pending import Judgement
 from .probes import NON_WORK_PATHS
 from .segments import Segment, fmt
-from .stalls import Judgement
 
 DEFAULT_INTERVAL_S = 10.0     # VLLM_LOG_STATS_INTERVAL's default
 MAX_INTERVAL_S = 60.0
