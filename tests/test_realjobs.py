@@ -35,6 +35,8 @@ class Scenario:
     rule: str | None                 # the finding the failure family gives; None: no hang finding
     ranks: tuple[str, ...] = ()      # its odd / absent / frozen ranks
     capture: bool = True
+    job: str | None = None           # the scenario job.py runs, when the name is a variant's
+    odd_rank: int | None = None      # the rank the scenario singles out, where it has one
 
 
 SCENARIOS = [
@@ -52,6 +54,10 @@ SCENARIOS = [
     Scenario("rank_dies", 4, None, capture=False),
     Scenario("healthy", 2, None, capture=False),
     Scenario("slow", 3, None),
+    # the same families at other rank counts and with another odd rank: more ranks time out further apart,
+    # and torchrun stops the slower ones before their own timeout writes a Flight Recorder dump
+    Scenario("op_mismatch_6ranks_rank0", 6, "collective-desync", ("rank0",), job="op_mismatch", odd_rank=0),
+    Scenario("busy_rank_3ranks", 3, "first-rank-stopped", ("rank1",), job="busy_rank", odd_rank=1),
 ]
 DIED_RE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\n\s*exitcode\s*:\s*(-?\d+)")
 
@@ -64,7 +70,8 @@ def incidents(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(s: Scenario, root: Path) -> tuple[JobRun, dict]:
-    run = run_job(s.name, root, nproc=s.nproc, capture=s.capture, timeout_s=TIMEOUT_S)
+    run = run_job(s.job or s.name, root, nproc=s.nproc, capture=s.capture, timeout_s=TIMEOUT_S, name=s.name,
+                  odd_rank=s.odd_rank)
     assert not [n for n in run.notes if "never all entered" in n], run.notes
     return run, report(run)
 

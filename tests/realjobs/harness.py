@@ -75,10 +75,11 @@ def _ranks(launcher: int) -> list[psutil.Process]:
 
 
 def run_job(scenario: str, root: Path, nproc: int = 4, capture: bool = True, timeout_s: float = 15.0,
-            hang_after_s: float = 1.5) -> JobRun:
+            hang_after_s: float = 1.5, name: str | None = None, odd_rank: int | None = None) -> JobRun:
     """Run one scenario to its end (a hang runs into gloo's timeout), capturing it once every rank said
-    ``entering`` (when ``capture``)."""
-    incident = root / scenario
+    ``entering`` (when ``capture``).  ``name``: the incident folder's (default the scenario's); ``odd_rank``:
+    the rank the scenario singles out, where it has one."""
+    incident = root / (name or scenario)
     shutil.rmtree(incident, ignore_errors=True)
     (incident / "logs").mkdir(parents=True, exist_ok=True)
     (incident / "fr").mkdir(exist_ok=True)
@@ -86,10 +87,10 @@ def run_job(scenario: str, root: Path, nproc: int = 4, capture: bool = True, tim
     env = {**os.environ, "FR_DIR": str(incident / "fr"), "TORCH_FR_BUFFER_SIZE": "2000",
            "FAULTHANDLER_FILE": str(incident / "logs" / "stderr-ranks.txt"), "JOB_TIMEOUT_S": str(timeout_s),
            "JOB_DIR": str(incident), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", **({"JOB_ODD_RANK": str(odd_rank)} if odd_rank is not None else {})}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            str(JOB), scenario]
-    run = JobRun(scenario, incident, None, None, {}, None)
+    run = JobRun(name or scenario, incident, None, None, {}, None)
     with log.open("wb") as out:
         job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:

@@ -30,6 +30,12 @@ import torch.distributed as dist
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
 TIMEOUT_S = float(os.environ.get("JOB_TIMEOUT_S", "15"))
+# the rank a scenario singles out, where it has one (JOB_ODD_RANK, else the scenario's own choice)
+ODD = os.environ.get("JOB_ODD_RANK")
+
+
+def odd(default: int) -> int:
+    return int(ODD) % WORLD if ODD is not None else default
 log = logging.getLogger("job")
 
 
@@ -63,8 +69,8 @@ def op_mismatch() -> None:
     """The last rank broadcasts where the others all-reduce (a branch taken on one rank only)."""
     t = train_steps(3)
     entering("eval sync")
-    if RANK == WORLD - 1:
-        dist.broadcast(t, src=0)
+    if odd(WORLD - 1) == RANK:
+        dist.broadcast(t, src=(odd(WORLD - 1) + 1) % WORLD)
     else:
         dist.all_reduce(t)
 
@@ -80,7 +86,7 @@ def busy_rank() -> None:
     """Rank 2 is stuck in Python (a runaway data-loading loop) and never reaches the all_reduce."""
     t = train_steps(3)
     entering("gradient sync")
-    if RANK == 2:
+    if odd(2) == RANK:
         _spin(3600)
     dist.all_reduce(t)
 
