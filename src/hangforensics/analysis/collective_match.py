@@ -21,7 +21,10 @@ at the same collective.  Ranks that all stand in the same collective *agree*: th
 them (a missing peer, NCCL, the GPU).  When no rank waits in anything (every collective
 completed) at different numbers, the group agrees: nothing is stuck there, the dumps were just
 taken at different moments (at the same number, ops and sizes are still compared: mismatched
-collectives of one size can complete).  A tie between positions is ``undecided``, never a desync.
+collectives of one size can complete).  A tie between positions is ``undecided``, never a desync, except
+between ProcessGroupNCCL timeouts: each rank's own watchdog says which collective it waits in, so ranks of
+one group timed out at different SeqNums are in different collectives, and with no majority every
+disagreeing rank is named.
 
 A separate ``absent`` verdict names members that left no record, or were reported missing / dead
 (NCCL RAS, the desync report's "never joined any collectives").  A member with no record at all (no
@@ -57,7 +60,8 @@ T = TypeVar("T")
 
 # Sources in which every member reports for itself: a member with no row there is a fact.
 SELF_REPORTING = {"flight_recorder": "no Flight Recorder dump from it",
-                  "torch_nccl": "no ProcessGroupNCCL record from it"}
+                  "torch_nccl": "no ProcessGroupNCCL record from it",
+                  "fr_trace": "fr_trace had no Flight Recorder dump from it"}
 # Ops whose inputs are the same on every rank (all_to_all, gather, scatter legitimately differ).
 SIZE_INVARIANT = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter", "barrier"}
 
@@ -272,6 +276,8 @@ def _compare(g: _Group, seq_kind: str, rows: list[CollectiveRow]) -> Verdict:
     if len(votes) > 1 and votes[0][1] == votes[1][1]:
         sides = "; ".join(f"{_ranks_text(r for r, p in pos.items() if p.seq == s)} at {g.n(s)}"
                           for s, n in votes if n == votes[0][1])
+        if all(p.row.state == "timeout" for p in pos.values()):
+            return _timeouts_apart(g, seq_kind, pos, hi)
         return g.verdict(VerdictKind.UNDECIDED, seq_kind, [], None, None, [], None,
                          f"no majority: {sides}: cannot tell which side is out of step, so no rank is named")
     ref = votes[0][0]
@@ -291,6 +297,18 @@ def _compare(g: _Group, seq_kind: str, rows: list[CollectiveRow]) -> Verdict:
     are = "is" if len(ref_ranks) == 1 else "are"
     return g.verdict(VerdictKind.DESYNC, seq_kind, odd, ref, ref_op, ref_ranks,
                      min(first) if first else None, f"{_ranks_text(ref_ranks)} {are} at {at_ref}; {_clauses(odd)}")
+
+
+def _timeouts_apart(g: _Group, seq_kind: str, pos: dict[int, Position], hi: int) -> Verdict:
+    """Timeouts of one group at different SeqNums with no majority: each rank's own watchdog says which
+    collective it waits in, so the ranks are in different collectives (a desync) even though no side is the
+    minority: every disagreeing rank is named, none taken as the reference."""
+    odd = [OddRank(rank, Relation.AHEAD if p.seq == hi else Relation.BEHIND, p.seq, p.row.op, p.row.state,
+                   f"timed out in {g.at(p.row.op, p.seq)}") for rank, p in pos.items()]
+    first = [p.row.ts for p in pos.values() if p.row.ts is not None]
+    return g.verdict(VerdictKind.DESYNC, seq_kind, odd, None, None, [], min(first) if first else None,
+                     f"no majority, the ranks' watchdogs timed out in different collectives: {_clauses(odd)}; "
+                     f"no side is the minority, so every disagreeing rank is named")
 
 
 def _odd_ranks(g: _Group, noun: str, ref: int, pos: dict[int, Position],

@@ -187,6 +187,8 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
                        f"(in {', '.join(where[:3])}): one side entered the collective, the other never joined")
         if log_rows:
             detail += f"; the log agrees: {log_rows[0]['message'][:200]}"
+        if any(s.hand for s in matched):
+            detail += " (in stacks a person summarised by hand, not a capture)"
         detail += f". {sig.description} Remediation: {sig.remediation}"
         gpu = _gpu_during_stall(store, engine)
         if gpu is not None:

@@ -121,6 +121,7 @@ class RankStack:
     line: int
     pid: int | None = None
     flight_recorder: bool = False       # a Flight Recorder entry's recorded stack, not a live capture
+    hand: bool = False                  # a stack a person summarised by hand (stacks.format hand_summary)
 
 
 FR_PENDING = ("started", "scheduled")
@@ -144,7 +145,19 @@ def dumped_threads(store: Store, engine: str, where: str = "TRUE") -> dict[str, 
 
 def _as_stack(t: dict, flight_recorder: bool = False) -> RankStack:
     return RankStack(t["rank"], t["dump_id"], t["ts"], t["thread_state"] or "", t["frames"], t["path"],
-                     t["line"], t["pid"], flight_recorder)
+                     t["line"], t["pid"], flight_recorder, t.get("format") == HAND_FORMAT)
+
+
+HAND_FORMAT = "hand_summary"
+
+
+def hand_words(stacks: list[RankStack]) -> str:
+    """' The stacks of TP0-3 are a person's summary ...' when any of ``stacks`` was summarised by hand, else ''."""
+    hand = [s.rank for s in stacks if s.hand]
+    if not hand:
+        return ""
+    return (f" The stacks of {compact_ranks(hand)} are a person's summary (a few function names per rank, written "
+            f"by hand), not a capture: py-spy dumps of every rank would confirm where each one waits.")
 
 
 def _main_thread(threads: list[dict]) -> dict | None:
@@ -325,7 +338,8 @@ def build(store: Store, engine: str) -> tuple[list[dict], list[dict], list[dict]
                 f"{majority_key[1]}. Collectives have no recovery once ranks diverge: the group must be restarted."
                 + (f" {compact_ranks(followers)} wait at the per-iteration broadcast, for the odd ranks' next "
                    f"iteration." if followers else "")
-                + (f" ({', '.join(others)} in no collective: not counted.)" if others else "")),
+                + (f" ({', '.join(others)} in no collective: not counted.)" if others else "")
+                + hand_words(cap)),
             "evidence": [{"file": r["path"], "line": r["line"]} for r in odd + majority[:2]],
             "kind": "desync",
         })

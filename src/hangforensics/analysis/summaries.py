@@ -19,7 +19,7 @@ from ..ranks import rank_key, rank_numbers
 from ..readers.kinds import STACK_KINDS as DUMP_KINDS
 from ..redaction import redact_payloads
 from ..store import Store
-from . import rank_deaths, vllm_summary
+from . import rank_deaths, reporter_facts, vllm_summary
 from .capture_advice import next_capture_command
 from .snapshot_text import facts_in_words
 from .stackclasses import compact_ranks
@@ -54,6 +54,7 @@ class Evidence:
     vllm: vllm_summary.VllmFacts | None = None            # a vLLM engine's facts in its own terms
     deaths: list[dict] = field(default_factory=list)      # lines saying a process died, or hung and was killed
     job: rank_deaths.JobDeaths = field(default_factory=rank_deaths.JobDeaths)  # torchrun's worker exits, c10d errors
+    reporter: reporter_facts.ReporterFacts = field(default_factory=reporter_facts.ReporterFacts)  # a person's summary
 
     def rules(self) -> set[str]:
         return {f["rule"] for f in self.findings}
@@ -135,6 +136,7 @@ def gather(store: Store, engine: str) -> Evidence:
              OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck')))
            ORDER BY ts NULLS LAST, line LIMIT 3""", [engine, list(DEATH_KINDS)])
     ev.job = rank_deaths.gather(store, engine, ranks)
+    ev.reporter = reporter_facts.gather(store, engine)
     if vllm_summary.is_vllm(store, engine):
         ev.vllm = vllm_summary.gather(store, engine, ev.stall)
     return ev
@@ -247,7 +249,13 @@ def _quiet_verdict(ev: Evidence) -> str:
     if ev.stacks:
         colls = Counter(s["collective"] or "no collective" for s in ev.stacks)
         what = ", ".join(f"{n} in {c}" for c, n in colls.most_common(3))
+        if set(ev.reporter.hand_ranks) >= {s["rank"] for s in ev.stacks}:
+            return (f"only stacks a person summarised by hand: {len(ev.stacks)} rank(s), {what}; no capture or log "
+                    f"to confirm where they wait or say when progress stopped")
         return f"only stack dumps: {len(ev.stacks)} rank(s), {what}; no log to say when progress stopped"
+    reporter = reporter_facts.quiet_words(ev.reporter)
+    if reporter:
+        return reporter
     if any(k in ev.files for k in STACK_KINDS):
         return "only stack dumps, of threads outside any collective; no log to say when progress stopped"
     if not _known_files(ev):
@@ -294,6 +302,7 @@ def _facts(ev: Evidence) -> list[str]:
         for (c, site), n in colls.most_common(2):
             facts.append(f"{n} rank(s) wait in {c}" + (f" from {site}" if site and c != "no collective" else "") + ".")
     facts += rank_deaths.facts(ev.job)[:8]
+    facts += reporter_facts.facts(ev.reporter)
     facts += [f"Capture snapshots: {s}" for s in ev.snapshots[:3]]
     probes = [p for p in ev.probes if p["basis"] == "behaviour"]
     if probes:
@@ -327,6 +336,7 @@ def capture_next(ev: Evidence) -> list[str]:
             out.append("the server log around the failed memory check, with its line prefixes: when it failed, on "
                        "which rank, and the server arguments (which pools, which cache) of that run")
     out += rank_deaths.capture_next(ev.job)
+    out += reporter_facts.capture_next(ev.reporter)
     if ev.deaths and not have_stacks and not ev.of("idle-memory-leak"):
         # a dead process cannot be dumped afterwards: the stacks must be taken while it hangs, before the
         # RPC timeout, the heartbeat monitor or the watchdog kills it
@@ -343,7 +353,7 @@ def capture_next(ev: Evidence) -> list[str]:
     if hang and not have_stacks:
         out.append(f"py-spy dump --native of every scheduler rank while it hangs, repeated to tell stuck from "
                    f"slow: {cmd}")
-    elif have_stacks and not ev.native_frames:
+    elif have_stacks and not ev.native_frames and not ev.reporter.hand_ranks:
         out.append(f"py-spy dump --native (only Python frames were captured; native frames show the NCCL / CUDA "
                    f"wait): {cmd}")
     liveness = [p["path"] for p in ev.probes if p["path"] not in GENERATION_PROBES]

@@ -18,7 +18,14 @@ before both had zero throughput.  So:
   when idle, whatever else the log says (V0 workers warn about shared-memory waits while idle too);
 * with no progress line at all, the engine's hang messages still date a stall: a shared-memory wait
   reports how long it has waited, an RPC timeout fires ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS`` after
-  its call (``ts_basis`` inferred).
+  its call (``ts_basis`` inferred);
+* a run of stats lines at 0.0 tokens/s, prompt and generation, that still count running or waiting
+  requests is silence with work pending (interface.md §3), whatever the lines' own cadence: the engine
+  served no token while requests were in it.  It is a stall once it covers ``ZERO_INTERVALS`` intervals
+  (at least ``ZERO_MIN_S``) with a request running; with none running and requests waiting (a V0 engine
+  steps, schedules nothing and logs), one whole interval after progress is enough when the queue did not
+  drain.  With no progress line at all, the run dates the stall itself: its first line already covers
+  the interval before it (``ts_basis`` inferred).
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ DUE_INTERVALS = 5             # a working engine prints a line every interval: t
 MIN_SILENCE_S = 60.0          # ... and at least this long is a silence worth judging
 MIN_LATE_REQUESTS = 2
 RPC_TIMEOUT_S = 300.0         # VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS' default
+ZERO_INTERVALS = 3            # stats lines at 0 tokens/s counting a running request: this many intervals ...
+ZERO_MIN_S = 30.0             # ... and at least this long, with no token served, is a stall
 # Processes that read the shared-memory broadcast (workers): their waits are also printed while idle
 WORKER_TAG = r"^(?:TP|PP|DP|EP)\d|Worker|RayWorker"
 
@@ -60,6 +69,7 @@ class Series:
     progress: dict[str, Any] | None = None   # its last line with generation throughput
     active: datetime | None = None           # its last line with any throughput (prefill counts)
     stale: dict[str, Any] | None = None      # a later 0 tokens/s line still counting requests
+    zero: list[dict[str, Any]] = field(default_factory=list)   # its trailing lines at 0 tokens/s counting requests
     judgement: Judgement = field(default_factory=Judgement)
 
     @property
@@ -69,6 +79,26 @@ class Series:
     def due(self) -> datetime:
         start = max(t for t in (self.progress["ts"], self.active) if t is not None)  # type: ignore[index]
         return start + timedelta(seconds=max(DUE_INTERVALS * self.interval, MIN_SILENCE_S))
+
+    def zero_start(self) -> datetime | None:
+        """Since when the trailing zero run says no token was served: its last active line, else (no line
+        with throughput at all) one interval before its first line, which reports the interval before it."""
+        if not self.zero:
+            return None
+        return self.active or self.zero[0]["ts"] - timedelta(seconds=self.interval)
+
+    @property
+    def zero_stall(self) -> bool:
+        """The trailing zero run is a stall in itself (see the module's notes)."""
+        start = self.zero_start()
+        if start is None:
+            return False
+        covered = (self.zero[-1]["ts"] - start).total_seconds()
+        if any((z["running"] or 0) > 0 for z in self.zero):
+            return covered >= max(ZERO_INTERVALS * self.interval, ZERO_MIN_S)
+        before = (self.progress or {}).get("waiting") or 0
+        return (self.progress is not None and covered >= 0.9 * self.interval
+                and (self.zero[-1]["waiting"] or 0) >= max(before, 1))
 
 
 def series_of(store: Store, seg: Segment) -> list[Series]:
@@ -93,8 +123,23 @@ def series_of(store: Store, seg: Segment) -> list[Series]:
                     WHERE engine = ? AND series = ? AND ts > ? AND gen_tps = 0 AND (running > 0 OR waiting > 0) {w}
                     ORDER BY ts, line LIMIT 1""", [seg.engine, s.label, s.progress["ts"], *p])
             s.stale = stale[0] if stale else None
+        s.zero = _zero_run(store, seg, s)
         out.append(s)
     return out
+
+
+def _zero_run(store: Store, seg: Segment, s: Series) -> list[dict[str, Any]]:
+    """The series' trailing stats lines at 0 tokens/s (prompt and generation) that still count running or
+    waiting requests, oldest first: after its last line with any throughput, up to its last line."""
+    w, p = seg.where()
+    rows = store.query(
+        f"""SELECT ts, path, line, running, waiting, kv_usage, COALESCE(prompt_tps, 0) + COALESCE(gen_tps, 0) AS tps
+            FROM vllm_series WHERE engine = ? AND series = ? {w} AND ts IS NOT NULL AND ts > ?
+            ORDER BY ts, line""", [seg.engine, s.label, s.active or datetime.min, *p])
+    run: list[dict[str, Any]] = []
+    for r in rows:
+        run = [*run, r] if r["tps"] == 0 and ((r["running"] or 0) > 0 or (r["waiting"] or 0) > 0) else []
+    return run
 
 
 def _rows_by_series(store: Store, seg: Segment, cond: str) -> dict[str, dict[str, Any]]:
@@ -147,17 +192,17 @@ def stall_of(store: Store, seg: Segment) -> dict[str, Any] | None:
     series = series_of(store, seg)
     moving = [s for s in series if s.progress is not None]
     if not moving:
-        return _inferred(store, seg, end, series)
+        return _inferred(store, seg, end, series) or _zero_only(seg, end, series)
     tail_s, n_probes, every_s = probed_tail_s(store, seg)
     judged_end = end + timedelta(seconds=tail_s) if end is not None else None
     stalled = []
     every = all(_stopped(s, judged_end) for s in moving)
     for s in moving:
-        if not _stopped(s, judged_end) and not _hard_after(store, seg, s):
+        if not _stopped(s, judged_end) and not _hard_after(store, seg, s) and not s.zero_stall:
             continue
         _judge(store, seg, s, judged_end, engine_wide=every or len(moving) == 1)
         j = s.judgement
-        if j.reasons and (j.hard or _stopped(s, judged_end)):
+        if j.reasons and (j.hard or _stopped(s, judged_end) or s.zero_stall):
             stalled.append(s)
     if any(not _stopped(s, end) and not s.judgement.hard for s in stalled):     # the probes' count decided it
         stalled[-1].judgement.reasons.append(
@@ -180,6 +225,31 @@ def stall_of(store: Store, seg: Segment) -> dict[str, Any] | None:
                     + [e for s in stalled for e in s.judgement.evidence],
         "ts_basis": "read", "cadence_s": head.interval, "running_req": stale["running"],
         "waiting_req": stale["waiting"], "kv_usage": stale["kv_usage"], "framework": "vllm",
+    }
+
+
+def _zero_only(seg: Segment, end: datetime | None, series: list[Series]) -> dict[str, Any] | None:
+    """No stats line with generation in the run, but a run of lines at 0 tokens/s counting requests long
+    enough to be a stall: dated by its start (inferred: the first line covers the interval before it)."""
+    zero = [s for s in series if s.zero_stall]
+    if not zero:
+        return None
+    s = min(zero, key=lambda s: s.zero_start() or datetime.max)
+    first, last = s.zero[0], s.zero[-1]
+    onset = s.zero_start()
+    assert onset is not None
+    how = (f"{len(s.zero)} stats line(s) from {fmt(first['ts'])} to {fmt(last['ts'])} counted {last['running']} "
+           f"running and {last['waiting']} waiting request(s) at 0.0 tokens/s, prompt and generation: no token "
+           f"served in {(last['ts'] - onset).total_seconds():.0f} s with requests in the engine")
+    return {
+        "engine": seg.engine, "segment": seg.index, "onset": onset, "evidence_end": end,
+        "silent_s": (end - onset).total_seconds() if end else None,
+        "pending": f"{how}; no stats line with generation throughput is in the evidence, so the onset is inferred: "
+                   f"the first of them ({fmt(first['ts'])}) reports the {s.interval:.0f} s before it",
+        "ranks": [s.label] if s.label and len(series) > 1 else [], "path": first["path"], "line": first["line"],
+        "evidence": [{"file": first["path"], "line": first["line"]}, {"file": last["path"], "line": last["line"]}],
+        "ts_basis": "inferred", "cadence_s": s.interval, "running_req": last["running"],
+        "waiting_req": last["waiting"], "kv_usage": last["kv_usage"], "framework": "vllm",
     }
 
 

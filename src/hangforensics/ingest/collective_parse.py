@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..parsers import flight_recorder as fr
-from ..parsers import nccl_ras
+from ..parsers import fr_trace_text, nccl_ras, nccl_ras_json
 from ..parsers.collective_rows import CollectiveRow, ts_from_ns
 from ..parsers.linemap import LineMap
 from ..parsers.safe_pickle import MAX_PICKLE_BYTES
@@ -24,6 +24,7 @@ from ..readers.layout import EvidenceFile
 from ..readers.logfile import open_binary
 from ..readers.payload import read_payload
 from .jobs import FileOutcome
+from .torch_lines import torch_records
 
 
 def record_row(engine: str, path: str, r: CollectiveRow, **extra: Any) -> dict[str, Any]:
@@ -95,23 +96,41 @@ def parse_ras_file(f: EvidenceFile, out: FileOutcome,
     pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, f.abs_path.stat().st_mtime)
     out.envelope = pay.stack_name
     lines = pay.lines
-    rep = nccl_ras.parse_nccl_ras(lines, 1)
+    as_json = nccl_ras_json.looks_like_nccl_ras_json(lines)      # ncclras -f json (NCCL 2.28+)
+    rep = nccl_ras_json.parse_nccl_ras_json(lines, 1) if as_json else nccl_ras.parse_nccl_ras(lines, 1)
     # the job's size says whether a communicator's ranks are global ones (a communicator of every GPU)
     where = {"nccl_version": rep.nccl_version, "job_gpus": rep.jobs[0].gpus if len(rep.jobs) == 1 else None}
     records = [record_row(f.engine, f.rel_path, r, **where) for r in rep.rows]
     events = [_odd_rank_event(f, o, lines, rep) for o in rep.odd_ranks]
-    unparsed = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in rep.unmatched])
+    if as_json:                                  # a JSON line says less than the fact
+        for e, o in zip(events, rep.odd_ranks, strict=True):
+            e["message"] = o.reason
+    # torch's own lines pasted beside the report (a rank's ProcessGroupNCCL timeout): read as the log they are
+    torch, taken = torch_records(pay, _runs(rep.unmatched), f, f.abs_path.stat().st_mtime)
+    unparsed = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in rep.unmatched if i not in taken])
     if not pay.plain:                            # payload lines -> the file's physical lines
         assert pay.line is not None
         remap = LineMap(1, pay.line, pay.collected_ts)
         remap.dicts(records)
         remap.dicts(events, ("line", "line_end"))
     out.lines, out.unparsed = pay.physical, len(unparsed)
-    if rep.healthy:
+    if rep.healthy and not rep.rows and not rep.odd_ranks:
         out.notes.extra.append("NCCL RAS: every communicator OK, nothing under Errors or Warnings")
     yield "collective_records", records
     yield "events", events
+    yield from torch.items()
     yield "unparsed", unparsed
+
+
+def _runs(idx: list[int]) -> list[list[int]]:
+    """Sorted line indexes as runs of consecutive ones."""
+    out: list[list[int]] = []
+    for i in sorted(idx):
+        if out and out[-1][-1] == i - 1:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def _odd_rank_event(f: EvidenceFile, o: nccl_ras.RasOddRank, lines: list[str],
@@ -123,3 +142,27 @@ def _odd_rank_event(f: EvidenceFile, o: nccl_ras.RasOddRank, lines: list[str],
             "rank": f"rank{o.rank}" if o.rank is not None else "", "kind": "nccl_ras",
             "message": lines[line - 1].strip()[:2000] if 0 < line <= len(lines) else o.reason,
             "attrs": json.dumps({k: v for k, v in attrs.items() if v is not None})}
+
+
+# -- torch's fr_trace analyzer output ------------------------------------------------------------------
+
+
+def parse_fr_trace_file(f: EvidenceFile, out: FileOutcome,
+                        envelope: EnvelopeStack | None = None) -> Iterator[tuple[str, list[dict]]]:
+    """The text of torch's Flight Recorder analyzer (pasted or wrapped: the envelope is stripped first): the
+    collectives it reports on as collective records (source ``fr_trace``), lines of no known meaning in
+    ``unparsed``."""
+    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, f.abs_path.stat().st_mtime)
+    out.envelope = pay.stack_name
+    rep = fr_trace_text.parse_fr_trace(pay.lines, 1)
+    records = [record_row(f.engine, f.rel_path, r, clock="utc" if r.ts is not None else None) for r in rep.rows]
+    unparsed = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in rep.unmatched])
+    if not pay.plain:                            # payload lines -> the file's physical lines
+        assert pay.line is not None
+        LineMap(1, pay.line, pay.collected_ts).dicts(records)
+    out.lines, out.unparsed = pay.physical, len(unparsed)
+    out.notes.extra.extend(f"fr_trace: {n}" for n in rep.notes)
+    if rep.no_dump:
+        out.notes.extra.append(f"fr_trace had no Flight Recorder dump from ranks {list(rep.no_dump)}")
+    yield "collective_records", records
+    yield "unparsed", unparsed

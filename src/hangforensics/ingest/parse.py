@@ -15,13 +15,14 @@ from ..parsers.capture_errors import capture_error_reason
 from ..parsers.linemap import LineMap
 from ..parsers.stackrows import dump_rows, rank_from_place
 from ..readers.envelopes import EnvelopeStack
-from ..readers.kinds import CAPTURE_KINDS, STACK_KINDS
+from ..readers.kinds import CAPTURE_KINDS, REPORTER_KINDS, STACK_KINDS
 from ..readers.layout import EvidenceFile
 from ..readers.logfile import CHUNK_BYTES, iter_chunks
 from ..readers.payload import Payload, PayloadReader, hold_point, read_payload
 from ..store.schema import LOADED_TABLES
 from . import collective_parse
 from .jobs import CHECKPOINT, FileJob, FileOutcome
+from .torch_lines import torch_records
 
 # The scanner's chunks: their transient arrays (the line bounds, the scanner's per-line fields) are some
 # 15x the chunk while it is scanned; the general parser then reads the rest of a whole group of them at
@@ -47,6 +48,9 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
                 yield CHECKPOINT, FileOutcome(out.lines, out.unparsed, out.read_bytes)
     elif job.kind in STACK_KINDS:
         yield from _parse_stacks(f, job.kind, job.mtime, out, job.envelope)
+    elif job.kind in REPORTER_KINDS:
+        from .hand_parse import parse_reporter_file
+        yield from parse_reporter_file(f, job.kind, out, job.envelope)
     elif job.kind == "capture_error":
         yield from _parse_capture_error(f, out, job.envelope)
     elif job.kind == "gpu_samples":
@@ -58,6 +62,8 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
         yield from collective_parse.parse_flight_recorder_file(f, out)
     elif job.kind == "nccl_ras":
         yield from collective_parse.parse_ras_file(f, out, job.envelope)
+    elif job.kind == "fr_trace":
+        yield from collective_parse.parse_fr_trace_file(f, out, job.envelope)
     elif job.kind == "process_snapshot":
         yield from _parse_process_snapshot(f, out, job.envelope)
     elif job.kind == "unknown":
@@ -200,6 +206,10 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome,
         assert pay.line is not None
         LineMap(1, pay.line, pay.collected_ts).dicts(stacks, ("line", "line_end"), collected=True)
         LineMap(1, pay.line, pay.collected_ts).dicts(events, ("line", "line_end"), collected=True)
+    # a torch C++ exception trace's header holds the watchdog's message ('  what():  [PG 1 Rank 7] ...'): the
+    # same evidence as the glog line it repeats, read as that record (its line stays the dump's)
+    what = [[i] for i, s in enumerate(pay.lines) if "what()" in s] if kind == "native_trace" else []
+    torch, _ = torch_records(pay, what, f, mtime)
     # Accounting by construction: a line is parsed only if the parser consumed it.
     un = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in range(len(pay.lines)) if i not in dump.consumed])
     out.lines, out.unparsed = pay.physical, len(un)
@@ -216,6 +226,7 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome,
     yield "frames", frames
     if events:
         yield "events", events
+    yield from torch.items()
     yield "unparsed", un
 
 

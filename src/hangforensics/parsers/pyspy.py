@@ -79,6 +79,7 @@ class Dump:
     consumed: set[int]             # offsets (into the given lines) that belong to the dump
     unmatched: list[int]           # offsets that looked like neither grammar nor blank
     format: str = "pyspy_text"     # stacks.format: pyspy_text, pyspy_json, gdb, gdb_pybt, faulthandler, trace
+    notes: list[str] = field(default_factory=list)   # facts about the file its rows cannot hold
 
     @property
     def threads(self) -> list[Thread]:

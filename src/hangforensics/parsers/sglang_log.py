@@ -36,6 +36,7 @@ from .sglang_patterns import (
     PREFIX_HEAD,
     RELEASE_ORDER,
     RELEASE_TRAITS,
+    TORCH_WHAT,
     newest_release,
 )
 from .sglang_records import Record, RecordRows, handle, leading_dump
@@ -147,8 +148,9 @@ def _prefix(df: pl.DataFrame) -> pl.DataFrame:
                            pl.coalesce(pl.col("ranks"), slow.get_column("_ranks")).alias("ranks"))
 
 
-def classify(texts: list[str] | pl.Series) -> pl.DataFrame:
-    """One row per line: line prefix fields (ts, ranks, msg), record kind, record id and role.
+def classify(texts: list[str] | pl.Series, head_what: bool = False) -> pl.DataFrame:
+    """One row per line: line prefix fields (ts, ranks, msg), record kind, record id and role.  ``head_what``:
+    the lines are no file's head (torch lines a dump or report left over): a 'what():' first starts a record.
 
     Batch and access lines, the bulk of a log, are recognised by cheap anchored tests and their prefix is
     cut by position; the costly regexes (interleaving, the long list of message kinds, other prefixes)
@@ -186,7 +188,27 @@ def classify(texts: list[str] | pl.Series) -> pl.DataFrame:
     blank = _on_rows(df, pl.col("kind").is_null(), [(pl.col("body").str.strip_chars() == "").alias("blank")],
                      pl.Boolean)
     df = _roles(df.with_columns(blank.get_column("blank").fill_null(False)))
-    return _bare_leak_starts(df)
+    return _what_starts(_bare_leak_starts(df), head_what)
+
+
+def _what_starts(df: pl.DataFrame, head: bool = False) -> pl.DataFrame:
+    """The torch watchdog's message printed only as the text of its exception (``TORCH_WHAT``: std::terminate's
+    '  what():  [PG 1 Rank 7] Process group watchdog thread terminated with exception: ...', the glog line and its
+    time not in the evidence) starts a ``torch_nccl`` record of its own after another kind of record.  Inside a
+    torch record (after the watchdog's glog line, whose message it repeats) it stays that record's
+    continuation, and so does it before a file's first record: that head continues the last record of the
+    part before it (a paste split into files, its glog line at the end of the first)."""
+    body = pl.col("body")
+    pre = df.filter(pl.col("kind").is_null() & body.str.contains("what():", literal=True))
+    if not pre.height:
+        return df
+    made = pre.filter(body.str.contains(TORCH_WHAT) & ((pl.col("rec") > 0) | head)
+                      & (pl.col("rec_kind").fill_null("") != "torch_nccl")).get_column("i").to_list()
+    if not made:
+        return df
+    df = df.with_columns(pl.when(pl.col("i").is_in(made)).then(pl.lit("torch_nccl"))
+                         .otherwise(pl.col("kind")).alias("kind"))
+    return _roles(df.drop("start", "rec", "rec_kind", "role"))
 
 
 def _roles(df: pl.DataFrame) -> pl.DataFrame:
@@ -263,16 +285,17 @@ def _one_failure_summary(df: pl.DataFrame) -> pl.DataFrame:
 
 def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
                 line_numbers: list[int] | None = None, collected_ts: list[datetime | None] | None = None,
-                whole: bool = True) -> Parsed:
+                whole: bool = True, head_what: bool = False) -> Parsed:
     """Parse a chunk of complete records; line numbers start at ``first_line``.
 
     The payload of an envelope gives ``line_numbers``, the physical line of each line (not consecutive
     where the envelope joined split records or dropped lines), and ``collected_ts``, the envelope's time
     of each line: rows are numbered by the first and carry the second.  ``whole=False``: the lines are
     part of a chunk (``sglang_fast``): the chunk-level facts (release, clock steps, last time) are left to
-    the caller, which gets the records' line, time, message and ranks in ``Parsed.starts``.
+    the caller, which gets the records' line, time, message and ranks in ``Parsed.starts``.  ``head_what``:
+    the lines are not a file's head (``classify``).
     """
-    df = classify(lines)
+    df = classify(lines, head_what)
     df = df.with_columns((pl.col("i").cast(pl.Int64) + first_line).alias("line"))
     if collected_ts is not None:
         df = df.with_columns(pl.Series("collected_ts", collected_ts, dtype=pl.Datetime("us")))

@@ -140,7 +140,14 @@ LEAK_TEXT = (r"\s*`?(?:\S+\.py:\d+: UserWarning: |UserWarning: |ValueError: )?"
 BARE_LEAK = "^" + LEAK_TEXT
 # The second line of 2024's warning: a start only where nothing else takes it (the first line was cut).
 BARE_LEAK_WEAK = r"^\s*`?KV cache pool leak detected!"
-NON_PREFIXED_KINDS = [("torch_nccl", GLOG), ("nccl_debug", NCCL_DEBUG), ("vllm", VLLM), ("access", BARE_ACCESS),
+# The torch watchdog's message as the text of the exception it throws (torch_nccl.WHAT_RE): Ray's C++ logger line
+# around it is a dated line of its own, a start like any record's; std::terminate's '  what():  [PG ...' line
+# starts a record only where no torch record holds it (sglang_log._what_starts: after the watchdog's own glog
+# line it repeats that line).
+RAY_WHAT = (r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d{1,6} [IWEFC] \d+ \d+\] [\w./-]+:\d+: .*what\(\):\s+"
+            r"\[(?:PG (?:ID )?\d+|Rank \d+)[\] ]")
+TORCH_WHAT = r"^(?:\[rank\d+\]:)?\s*what\(\):\s+\[(?:PG (?:ID )?\d+|Rank \d+)[\] ]"
+NON_PREFIXED_KINDS = [("torch_nccl", GLOG), ("torch_nccl", RAY_WHAT), ("nccl_debug", NCCL_DEBUG), ("vllm", VLLM), ("access", BARE_ACCESS),
                       ("environment", ENVIRONMENT), ("faulthandler", FAULTHANDLER_START), *TORCH_JOB_KINDS,
                       ("train_step", STEP_LINE)]
 

@@ -72,7 +72,9 @@ class RecordRows:
 def _torch_nccl(rec: Record, out: RecordRows) -> dict[str, Any]:
     g = torch_nccl.parse_glog(rec.body, rec.ctx_ts)
     ts = rec.ts
-    if g and g["ts"] is None:
+    if g and g.pop("full_date", False):
+        ts = out.ts[rec.line] = g.pop("ts")      # a full date of its own (Ray's logger): as read
+    elif g and g["ts"] is None:
         g.pop("ts")            # no time printed: ingest dates it (its envelope's time, else the record before)
     elif g and rec.ctx_mtime:
         g["ts"] = torch_nccl.at_or_before(g["ts"], rec.ctx_ts)

@@ -12,6 +12,16 @@ GLOG_RE = re.compile(
     r"^(?:\[rank(?P<grank>\d+)\]:)?\[(?P<lvl>[IWEF])(?:(?P<md>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+) "
     r"(?:\d+ )?| )(?P<src>[\w./-]+):(?P<srcline>\d+)\] (?P<msg>.*)$"
 )
+# The watchdog's message printed without a glog head, as the text of the exception it throws: std::terminate's
+# '  what():  [PG 1 Rank 7] Process group watchdog thread terminated with exception: ...' (a '[rankN]:' prefix
+# possible), or Ray's C++ logger line '[2025-02-03 10:34:03,841 E 4954 6881] logging.cc:101: Unhandled
+# exception: N3c1016DistBackendErrorE. what(): [PG ID 0 ...] ...' (its own full date).  Only a ProcessGroupNCCL
+# message ('[PG ...' / '[Rank N]' first) is one.
+WHAT_RE = re.compile(
+    r"^(?:\[rank(?P<grank>\d+)\]:)?(?:\[(?P<date>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[,.](?P<frac>\d{1,6}) "
+    r"(?P<lvl>[IWEFC]) \d+ \d+\] (?P<src>[\w./-]+):(?P<srcline>\d+): .*?)?\s*what\(\):\s+"
+    r"(?P<msg>\[(?:PG (?:ID )?\d+|Rank \d+)[\] ].*)$"
+)
 # '[PG ID 2 PG GUID 1(tp:0) Rank 4]' (torch 2.5+), '[PG 130 Rank 1]' / '[PG 3 (tp) Rank 1]' (2.3-2.4)
 PG_RE = re.compile(r"\[PG (?:ID )?(?P<pgid>\d+)(?: PG GUID (?P<guid>[^\s(\]]+))?(?: ?\((?P<desc>[^)]*)\))? "
                    r"Rank (?P<rank>\d+)\]")
@@ -48,18 +58,26 @@ def parse_glog(line: str, context: datetime) -> dict[str, Any] | None:
     """Parse one glog line; ``context`` is the nearest dated log line (glog prints no year).  ``ts`` is None
     when the line prints no time (torch < 2.3): its envelope or the records around it date it."""
     m = GLOG_RE.match(line)
-    if not m:
-        return None
-    ts = _glog_time(m, context)
-    if ts is None and m.group("md"):
-        return None
+    if m:
+        ts = _glog_time(m, context)
+        if ts is None and m.group("md"):
+            return None
+        src = f"{m.group('src')}:{m.group('srcline')}"
+    else:
+        m = WHAT_RE.match(line)
+        if not m:
+            return None
+        ts = _full_time(m)
+        src = f"{m.group('src')}:{m.group('srcline')}" if m.group("src") else "what()"
     msg = m.group("msg")
     out: dict[str, Any] = {
-        "ts": ts, "level": m.group("lvl"),
+        "ts": ts, "level": m.group("lvl") or "E",
         "global_rank": int(m.group("grank")) if m.group("grank") else None,
-        "src": f"{m.group('src')}:{m.group('srcline')}",
+        "src": src,
         "event": next((name for name, needle in EVENTS if needle in msg), "other"),
     }
+    if m.re is WHAT_RE and ts is not None:
+        out["full_date"] = True      # Ray's logger prints the year: the time is read as it is, never re-dated
     pg = PG_RE.search(msg)
     if pg:
         out.update(pg_id=int(pg.group("pgid")), pg_guid=pg.group("guid"), pg_desc=pg.group("desc"),
@@ -80,6 +98,16 @@ def parse_glog(line: str, context: datetime) -> dict[str, Any] | None:
     if out.get("global_rank") is None and out.get("pg_rank") is not None and out.get("pg_id") in (None, 0):
         out["global_rank"] = out["pg_rank"]
     return out
+
+
+def _full_time(m: re.Match[str]) -> datetime | None:
+    """The full date of Ray's logger line around a what() (None without one)."""
+    if not m.group("date"):
+        return None
+    try:
+        return datetime.strptime(f"{m.group('date')}.{(m.group('frac') + '000000')[:6]}", "%Y-%m-%d %H:%M:%S.%f")
+    except ValueError:
+        return None
 
 
 def _glog_time(m: re.Match[str], context: datetime) -> datetime | None:

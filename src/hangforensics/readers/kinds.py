@@ -9,16 +9,18 @@ import re
 from pathlib import Path
 
 from ..errors import InputError
-from ..parsers import faulthandler, gdb, native_trace, pyspy
+from ..parsers import faulthandler, gdb, hand_summary, native_trace, pyspy
 from ..parsers.capture_errors import looks_like_capture_error
 from ..parsers.capture_files import looks_like_manifest, looks_like_process_facts
 from ..parsers.flight_recorder import looks_like_flight_recorder
+from ..parsers.fr_trace_text import looks_like_fr_trace
 from ..parsers.gpu import looks_like_nvidia_smi
 from ..parsers.nccl_ras import looks_like_nccl_ras
+from ..parsers.nccl_ras_json import looks_like_nccl_ras_json
 from ..parsers.process_snapshot import looks_like_process_snapshot
 from ..parsers.sglang_patterns import BARE_TRACEBACK, LEAK_TEXT
 from ..parsers.train_steps import STEP_LINE
-from .envelopes import EnvelopeStack
+from .envelopes import EnvelopeStack, Unwrapper
 from .logfile import head_text, open_binary
 from .payload import head_lines, sniff
 
@@ -53,8 +55,11 @@ CAPTURE_KINDS = ("capture_manifest", "process_facts")
 
 
 # Every kind detect_kind can return (sources.kind).
-KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "flight_recorder", "nccl_ras", *CAPTURE_KINDS,
-         "process_snapshot", "empty", "binary", "unreadable", "unknown")
+# What reporters write by hand (stacks summarised to a few names per rank, tables, timelines) and /metrics
+# excerpts (parsers/hand_summary.py): read by ingest/hand_parse.py.
+REPORTER_KINDS = ("hand_summary", "metrics_text")
+KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "flight_recorder", "nccl_ras", "fr_trace",
+         *CAPTURE_KINDS, "process_snapshot", *REPORTER_KINDS, "empty", "binary", "unreadable", "unknown")
 
 
 def detect_kind(path: Path) -> str:
@@ -63,9 +68,11 @@ def detect_kind(path: Path) -> str:
     server_log; stack dumps: pyspy_dump (py-spy text), pyspy_json, gdb_dump (gdb ``thread apply
     all bt`` / ``py-bt``), faulthandler_dump, native_trace (numbered C++/gdb frames);
     capture_error (py-spy/gdb failure output); gpu_samples (nvidia-smi CSV); flight_recorder (a PyTorch
-    Flight Recorder dump, pickle or JSON); nccl_ras (``ncclras`` output); capture_manifest and
+    Flight Recorder dump, pickle or JSON); nccl_ras (``ncclras`` output, text or ``-f json``); fr_trace (torch's
+    Flight Recorder analyzer's text); capture_manifest and
     process_facts (a capture bundle's manifest.json and proc/round<k>.json); process_snapshot (top /
-    ps output); empty, binary, unreadable or unknown.
+    ps output); hand_summary (stacks, tables or a timeline a reporter wrote by hand) and metrics_text
+    (a ``/metrics`` excerpt); empty, binary, unreadable or unknown.
     """
     return sniff_kind(path)[0]
 
@@ -83,7 +90,23 @@ def sniff_kind(path: Path) -> tuple[str, EnvelopeStack | None]:
     if looks_binary(head):
         return "binary", None
     stack, lines = sniff(head_lines(head))     # NUL runs in a text file (crash, copytruncate) are skipped
-    return payload_kind("\n".join(lines) if stack.layers else head.replace("\x00", ""), lines), stack
+    kind = payload_kind("\n".join(lines) if stack.layers else head.replace("\x00", ""), lines)
+    if kind == "unknown" and "hard_wrap" in stack.layers:
+        kind, stack = _unwrapped_table(head_lines(head), stack) or (kind, stack)
+    if kind == "unknown":
+        # what a reporter wrote by hand (rank labels and prose are the evidence: read before the envelope)
+        kind = hand_summary.kind_of(head_lines(head.replace("\x00", ""))) or kind
+    return kind, stack
+
+
+def _unwrapped_table(raw: list[str], stack: EnvelopeStack) -> tuple[str, EnvelopeStack] | None:
+    """fr_trace's tables (tabulate pads every row to one width, and a row of ops ends and the next begins
+    without a space) read like a terminal's hard wrap: when the lines under the other layers are fr_trace's
+    output, they are not wrapped."""
+    keep = [i for i, layer in enumerate(stack.layers) if layer != "hard_wrap"]
+    inner = EnvelopeStack(tuple(stack.layers[i] for i in keep), tuple(stack.param(i) for i in keep))
+    lines = Unwrapper(inner, year_hint=2000).feed(raw, 1, final=True).payload if inner.layers else raw
+    return ("fr_trace", inner) if looks_like_fr_trace(lines) else None
 
 
 def payload_kind(head: str, lines: list[str]) -> str:
@@ -95,8 +118,10 @@ def payload_kind(head: str, lines: list[str]) -> str:
         return "gpu_samples"
     if capture_kind := _capture_kind(head):
         return capture_kind
-    if looks_like_nccl_ras(lines):
+    if looks_like_nccl_ras(lines) or looks_like_nccl_ras_json(lines):
         return "nccl_ras"
+    if looks_like_fr_trace(lines):
+        return "fr_trace"
     if pyspy.looks_like_json(head):
         return "pyspy_json"
     if looks_like_capture_error(lines[:200]):

@@ -22,7 +22,7 @@ MAX_PANELS = 12
 MAX_RANKS = 64
 MARKS = {"completed": "c", "started": "s", "scheduled": "q", "timeout": "t", "timed_out": "t", "launched": "l"}
 NOUN = {"torch_nccl": "ProcessGroupNCCL timeouts", "flight_recorder": "Flight Recorder dumps",
-        "nccl_ras": "NCCL RAS operation counts"}
+        "nccl_ras": "NCCL RAS operation counts", "fr_trace": "torch's fr_trace analyzer output"}
 
 
 def collective_panels(store: Store, engine: str) -> list[dict[str, Any]]:

@@ -50,7 +50,7 @@ TABLES: dict[str, str] = {
         path VARCHAR NOT NULL,          -- relative to the ingest root, begins with the engine folder for fleets
         abs_path VARCHAR NOT NULL,      -- absolute path the file was read from (a temporary folder for bundles)
         engine VARCHAR NOT NULL,        -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
-        kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, flight_recorder, nccl_ras, capture_manifest, process_facts, process_snapshot, empty, binary, unreadable, unknown
+        kind VARCHAR NOT NULL,          -- from content: server_log, pyspy_dump, pyspy_json, gdb_dump, faulthandler_dump, native_trace, capture_error, gpu_samples, flight_recorder, nccl_ras, fr_trace, hand_summary (stacks a person abbreviated: rank labels and function names), metrics_text (a reporter's table or timeline of metrics, /metrics excerpts), capture_manifest, process_facts, process_snapshot, empty, binary, unreadable, unknown
         bytes BIGINT,                   -- bytes on disk (compressed size for .gz)
         lines BIGINT,                   -- physical lines read so far (of a collector's file: its records, split ones counted per part; of a Flight Recorder dump: its entries)
         parsed_lines BIGINT,            -- lines represented by a typed row of a parsed view
@@ -75,7 +75,7 @@ TABLES: dict[str, str] = {
         line_end BIGINT,                -- last line of a multi-line record (continuations attached)
         ts TIMESTAMP,                   -- when it was printed, on the clock of the engine's main log (aligned by clock_offset_s)
         rank VARCHAR,                   -- as SGLang writes it: 'TP3', 'DP1 TP1 EP1', '' for the main process
-        kind VARCHAR,                   -- what the record is: server_args, watchdog, pyspy_header, torch_nccl, exception, vllm_stats, nccl_ras (what a RAS report singles out about a rank), a torch.distributed job's rank_exit (a worker's exit as torchrun reports it: exit_code, signal, pid, local_rank, root_cause), child_failed (torchrun's failure summary), torch_elastic, rank_traceback, c10d_error (a gloo / c10d error: backend, error, op, timeout_ms, abort), train_step (a job's own dated step / iteration line: step; its forward progress), log, ...
+        kind VARCHAR,                   -- what the record is: server_args, watchdog, pyspy_header, torch_nccl, exception, vllm_stats, nccl_ras (what a RAS report singles out about a rank), a torch.distributed job's rank_exit (a worker's exit as torchrun reports it: exit_code, signal, pid, local_rank, root_cause), child_failed (torchrun's failure summary), torch_elastic, rank_traceback, c10d_error (a gloo / c10d error: backend, error, op, timeout_ms, abort), train_step (a job's own dated step / iteration line: step; its forward progress), reporter_table / reporter_timeline / metrics_sample (what a reporter tabulated: facts only), log, ...
         message VARCHAR,                -- first line of the record, without its prefix
         attrs JSON,                     -- kind-specific fields (pid, timeout, seq, ...)
         collected_ts TIMESTAMP          -- the collector envelope's time of the record (kubectl, CRI, journald, ...), NULL without one
@@ -366,7 +366,7 @@ TABLES: dict[str, str] = {
         engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
         path VARCHAR,                   -- file the record was read from, relative to the ingest root
         line BIGINT,                    -- line of the record in that file (for a Flight Recorder dump: the entry's number, from 1)
-        source VARCHAR,                 -- flight_recorder (a rank's dump), nccl_ras (ncclras output) or desync_report (TORCH_NCCL_DESYNC_DEBUG lines of a ProcessGroupNCCL timeout)
+        source VARCHAR,                 -- flight_recorder (a rank's dump), nccl_ras (ncclras output, text or JSON), fr_trace (torch's Flight Recorder analyzer's text) or desync_report (TORCH_NCCL_DESYNC_DEBUG lines of a ProcessGroupNCCL timeout)
         rank INTEGER,                   -- global rank (a Flight Recorder dump's file-name suffix; RAS: the rank in the communicator, global when it spans the job); NULL when not printed
         pg VARCHAR,                     -- process group (name / GUID as printed, the desync report's that of its timeout line), NCCL communicator hash, or '(job)' for a RAS process of the whole job
         pg_desc VARCHAR,                -- the group's description (tp:0, default_pg, ...; RAS: the block, e.g. #0-0)
@@ -390,7 +390,7 @@ TABLES: dict[str, str] = {
     """,
     "collective_verdicts": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
-        source VARCHAR,                 -- torch_nccl, flight_recorder, nccl_ras or desync_report: one verdict never mixes sources
+        source VARCHAR,                 -- torch_nccl, flight_recorder, nccl_ras, fr_trace or desync_report: one verdict never mixes sources
         pg VARCHAR,                     -- the process group compared (never compared across groups)
         verdict VARCHAR,                -- desync (ranks disagree), absent (a member missing or dead), agree, split (a tie: no majority) or undecided (one rank: nothing to compare)
         ranks VARCHAR[],                -- the odd ranks: the minority, or the absent members

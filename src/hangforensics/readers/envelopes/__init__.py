@@ -12,7 +12,9 @@ Layers (names go to ``sources.envelope``, joined with ``+``):
   ``journald`` (``short``, ``short-iso``, ``json``), ``syslog`` (RFC 5424, RFC 3164),
   ``fluentbit`` / ``vector`` (JSON lines), ``ansi`` (TTY escapes, ``\\r`` redraws), ``compose``;
 - pastes: ``markdown`` (``> `` quotes, fences, ``<details>``, prose between fenced blocks),
-  ``viewer_lineno``, ``viewer_ts``, ``hard_wrap``.
+  ``viewer_lineno``, ``viewer_ts`` (a viewer's time column, any precision), ``hard_wrap`` (a fixed width, or
+  ``v<W>``: varying widths, cut mid-token), ``launcher`` (a multi-node launcher's ``<host> [stderr] `` on a
+  message's first row, its wrapped rows joined), ``proc_tag``, ``indent``.
 
 Nothing is lost: every physical line ends up in exactly one payload line (``span`` counts them) or in
 ``dropped`` (fence and tag lines, prose), with its original text.  Pure Python, no DuckDB.

@@ -9,7 +9,18 @@ from itertools import pairwise
 
 from .collectors import _Cri, _Journald, _json_obj, _Kubectl, _Syslog
 from .layers import EVIDENCE, PAYLOAD_HEAD
-from .pastes import _FENCE, _INDENT, _LINENO, _TAG, _VLLM_RECORD, _VTS, _Compose, _ProcTag, _wrap_continues
+from .pastes import (
+    _FENCE,
+    _INDENT,
+    _LINENO,
+    _TAG,
+    _VLLM_RECORD,
+    _VTS,
+    _Compose,
+    _Launcher,
+    _ProcTag,
+    _wrap_continues,
+)
 from .unwrap import NONE, EnvelopeStack, Unwrapped, Unwrapper
 
 
@@ -53,13 +64,48 @@ def _detect_hard_wrap(lines: list[str], need: float) -> str | None:
     w = max(len(s) for s in lines)
     if w < 60:
         return None
-    at_w = [i for i in range(len(lines) - 1) if len(lines[i]) == w]   # the sample's last line may be cut
-    if len({lines[i] for i in at_w}) < 3:
+    if _wraps_at(lines, w):
+        return str(w)
+    # the width of the terminal's rows, wider rows being only a paste's own marks on one (an inline backtick
+    # or a quote marker the person put before the first row): the commonest width of rows that continue
+    widths: dict[int, int] = {}
+    for i in range(len(lines) - 1):
+        if len(lines[i]) >= 60 and _continues(lines, i):
+            widths[len(lines[i])] = widths.get(len(lines[i]), 0) + 1
+    for cand, n in sorted(widths.items(), key=lambda kv: -kv[1]):
+        if n >= 3 and cand < w <= cand + 2 and _wraps_at(lines, cand):
+            return str(cand)
+    return _variable_wrap(lines)
+
+
+VAR_WRAP_MIN = 100      # a row narrower than this is no terminal's (or viewer's) full row
+
+
+def _variable_wrap(lines: list[str]) -> str | None:
+    """A wrap at widths that differ from row to row ('v<W>', W the narrowest): every row that begins nothing
+    follows a long row it continues mid-token (no space on either side of the cut: 'WorkNCCL(S' / 'eqNum=...',
+    '.../python' / '3.10/site-packages/...'), at least twice.  A row that begins nothing after a short row, or
+    at a space, is some other text (a message's own second line, prose): then this is not a wrap."""
+    cuts = [i for i in range(len(lines) - 1) if lines[i + 1] and _continues(lines, i)]
+    if len(cuts) < 2 or any(len(lines[i]) < VAR_WRAP_MIN or lines[i][-1].isspace() or lines[i + 1][0].isspace()
+                            for i in cuts):
         return None
+    return "v" + str(min(len(lines[i]) for i in cuts))
+
+
+def _continues(lines: list[str], i: int) -> bool:
     # a continuation begins unlike a line does: lines of one width each followed by a line that starts as
     # they do ('80004:[2026-...', ' 2026-05-01 13:00:00 [...') are an envelope's records of equal length
-    cont = sum(1 for i in at_w if _wrap_continues(lines[i + 1]) and _shape(lines[i + 1]) != _shape(lines[i]))
-    return str(w) if cont >= 3 and cont >= 0.6 * len(at_w) else None
+    return _wrap_continues(lines[i + 1]) and _shape(lines[i + 1]) != _shape(lines[i])
+
+
+def _wraps_at(lines: list[str], w: int) -> bool:
+    """Rows of width ``w`` (at least 3 different ones) mostly continue on the next row."""
+    at_w = [i for i in range(len(lines) - 1) if len(lines[i]) == w]   # the sample's last line may be cut
+    if len({lines[i] for i in at_w}) < 3:
+        return False
+    cont = sum(1 for i in at_w if _continues(lines, i))
+    return cont >= 3 and cont >= 0.6 * len(at_w)
 
 
 _DIGITS = re.compile(r"\d")
@@ -144,6 +190,23 @@ def _detect_compose(lines: list[str], need: float) -> str | None:
         if len(names) > 4 or sum(1 for r in rests if not r.strip() or EVIDENCE.match(r)) < 0.8 * len(ms):
             return None
     return "" if _share(lines, _Compose.rx, need) else None
+
+
+def _detect_launcher(lines: list[str], need: float) -> str | None:
+    """A launcher's '<host> [stderr] ' on the share of rows a prefix needs (its messages' wrapped rows aside),
+    with evidence behind it."""
+    rows: list[str] = []                  # the rows that begin a message (wrapped rows joined away)
+    relayed = False
+    for s in _nonblank(lines):
+        m = _Launcher.rx.match(s)
+        if m is None and relayed and _wrap_continues(s):
+            continue
+        relayed = m is not None
+        rows.append(s)
+    ms = [m for m in map(_Launcher.rx.match, rows) if m]
+    if len(ms) < 2 or sum(1 for m in ms if EVIDENCE.match(m.string, m.end())) < 0.5 * len(ms):
+        return None
+    return "" if _share(rows, _Launcher.rx, need) else None
 
 
 def _detect_markdown(lines: list[str], need: float) -> str | None:
@@ -293,6 +356,7 @@ _DETECTORS: list[tuple[str, Callable[[list[str], float], str | tuple[str, str] |
     ("viewer_lineno", _detect_viewer_lineno),
     ("markdown", _detect_markdown),
     ("compose", _detect_compose),
+    ("launcher", _detect_launcher),
     ("viewer_ts", _detect_viewer_ts),
     ("proc_tag", _detect_proc_tag),
     ("indent", _detect_indent),

@@ -122,7 +122,8 @@ class _ViewerLineno(_PrefixLayer):
         return _LINENO.get(self.param, _LINENO["bracket"]).replace("(\\d+)", "\\d+").replace("|$", "")
 
 
-_VTS = r"[ \t]?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?" + _ZONE + "?"
+# A viewer's column at any precision: minutes ('2025-02-18 12:54'), seconds, fractions; a zone or none.
+_VTS = r"[ \t]?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?)(?:[.,](\d{1,9}))?" + _ZONE + "?"
 
 
 class _ViewerTs(_PrefixLayer):
@@ -136,7 +137,7 @@ class _ViewerTs(_PrefixLayer):
         self.rx = re.compile("^" + _VTS + "(?:" + re.escape(self.sep) + "|[ \t]*$)", re.ASCII)
 
     def prefix(self) -> str:
-        return r"[ \t]?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?" + re.escape(self.sep)
+        return r"[ \t]?\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|z|[+-]\d\d:?\d\d)?" + re.escape(self.sep)
 
     def ts_of(self, m: re.Match[str]) -> datetime | None:
         return _iso_ts(*m.group(1, 2, 3))
@@ -149,17 +150,31 @@ def _wrap_continues(s: str) -> bool:
 
 class _HardWrap(_Layer):
     """Terminal hard wrapping at a fixed width W: a line of exactly W characters continues on the next
-    line unless that one begins something (a record, a prefix, an indented dump line)."""
+    line unless that one begins something (a record, a prefix, an indented dump line).
+
+    ``v<W>``: a wrap at widths that differ from row to row (W the narrowest seen), always mid-token: a line of
+    at least W characters not ending in a space continues on the next line when that one begins nothing and
+    not with a space."""
 
     name = "hard_wrap"
 
     def __init__(self, param: str, u: Unwrapper) -> None:
         super().__init__(param, u)
+        self.var = param.startswith("v")
         try:
-            self.width = int(param)
+            self.width = int(param[1:] if self.var else param)
         except ValueError:
             self.width = 0
         self.held: list | None = None               # [parts, ln, span, ts, physical lines]
+
+    def _wraps(self, s: str) -> bool:
+        """Whether row ``s`` may continue on the next one."""
+        if self.var:
+            return len(s) >= self.width and not s[-1].isspace()
+        return len(s) == self.width
+
+    def _continues(self, s: str) -> bool:
+        return _wrap_continues(s) and not (self.var and s[0].isspace())
 
     def run(self, it: _Items, final: bool) -> _Items:
         w = self.width
@@ -168,20 +183,21 @@ class _HardWrap(_Layer):
         out = _Items()
         held = self.held
         emit = self._emit
+        wraps, continues = self._wraps, self._continues
         for s, ln, sp, t in it:
             if held is not None:
-                if _wrap_continues(s):
+                if continues(s):
                     held[0].append(s)
                     held[2] += sp
                     held[4].extend(self.u.phys(ln, sp))
-                    if len(s) == w:
+                    if wraps(s):
                         continue
                     emit(out, held)
                     held = None
                     continue
                 emit(out, held)
                 held = None
-            if len(s) == w:
+            if wraps(s):
                 held = [[s], ln, sp, t, self.u.phys(ln, sp)]
             else:
                 out.add(s, ln, sp, t)
@@ -201,15 +217,50 @@ class _HardWrap(_Layer):
         return self.held[1] if self.held is not None else None
 
 
+# -- a multi-node launcher's '<host> [stderr] ' before every line it relays ---------------------------------
+class _Launcher(_Layer):
+    """A launcher that relays each node's output with the node and the stream before it ('dinov2-giant-nodes.
+    cn-d004 [stderr] [rank14]:[E909 ...'), on a message's first row only: a row without it that begins
+    nothing (``_wrap_continues``) right after a relayed row is the rest of that message, wrapped, and is
+    joined to it as it was printed (no character added)."""
+
+    name = "launcher"
+    rx = re.compile(r"^[\w.-]{1,80} \[(?:stderr|stdout)\](?: |$)", re.ASCII)
+
+    def prefix(self) -> str:
+        return r"[\w.-]+ \[(?:stderr|stdout)\] ?"
+
+    def run(self, it: _Items, final: bool) -> _Items:
+        out = _Items()
+        match = self.rx.match
+        relayed = False                              # the last item is a relayed row (it may continue)
+        for s, ln, sp, t in it:
+            m = match(s)
+            if m is not None:
+                out.add(s[m.end():], ln, sp, t)
+                relayed = True
+            elif relayed and _wrap_continues(s):
+                k = len(out.txt) - 1
+                first = out.ln[k]
+                self.u.register(first, self.u.phys(first, out.sp[k]) + self.u.phys(ln, sp))
+                out.txt[k] += s
+                out.sp[k] += sp
+            else:
+                out.add(s, ln, sp, t)
+                relayed = False
+        return out
+
+
 # -- a process tag before every line (Ray actors, multiprocessing workers) ----------------------------
 # '(RayWorkerWrapper pid=4009) ', '(RayWorkerWrapper pid=270291, ip=10.175.94.190) ',
-# '(MegatronPolicyWorker[rank=8] pid=3294808, ip=10.109.19.209) ', '(pid=4121) ', also behind the remnant
-# of a colour escape whose ESC byte a paste lost ('[36m(RayWorkerWrapper pid=4009) ').
-PROC_TAG = (r"(?:\x1b?\[\d{1,3}(?:;\d{1,3})*m)?\((?:[\w.:\[\]=-]+(?: [\w.:\[\]=-]+)? )?pid=\d+"
-            r"(?:, ip=[\w.:-]+)?\)(?: |$)")
+# '(MegatronPolicyWorker[rank=8] pid=3294808, ip=10.109.19.209) ', '(pid=4121) ', also inside the remnants
+# of the colour escapes around it whose ESC byte a paste lost, or turned into a space ('[36m(RayWorkerWrapper
+# pid=4009) ', ' [36m(RayWorkerVllm pid=5085) [0m ').
+PROC_TAG = (r"(?: ?\x1b?\[\d{1,3}(?:;\d{1,3})*m)?\((?:[\w.:\[\]=-]+(?: [\w.:\[\]=-]+)? )?pid=\d+"
+            r"(?:, ip=[\w.:-]+)?\)(?: ?\x1b?\[0m)?(?: |$)")
 # vLLM reads its own tag (a worker's tag is its rank label): a vLLM record keeps it.
 _VLLM_RECORD = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")
-_COLOUR_REMNANT = re.compile(r"^\x1b?\[\d{1,3}(?:;\d{1,3})*m(?=\()")
+_COLOUR_REMNANT = re.compile(r" ?\x1b?\[\d{1,3}(?:;\d{1,3})*m")
 
 
 class _ProcTag(_Layer):
@@ -230,8 +281,10 @@ class _ProcTag(_Layer):
             m = match(s)
             if m is None:
                 txt.append(s)
-            elif vllm(s, m.end()):
-                txt.append(_COLOUR_REMNANT.sub("", s))
+            elif vllm(s, m.end()):           # the tag without its colour remnants, then the record
+                tag = s[:m.end()]
+                txt.append(_COLOUR_REMNANT.sub("", tag).strip() + " " + s[m.end():]
+                           if _COLOUR_REMNANT.search(tag) else s)
             else:
                 txt.append(s[m.end():])
         return _Items(txt, it.ln, it.sp, it.ts)

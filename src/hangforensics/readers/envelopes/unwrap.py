@@ -9,12 +9,23 @@ from functools import lru_cache
 
 from .collectors import _Cri, _DockerJson, _Fluentbit, _Journald, _Kubectl, _Syslog, _Vector
 from .layers import PAYLOAD_HEAD, _Items, _Layer
-from .pastes import _Ansi, _Compose, _HardWrap, _Indent, _Markdown, _ProcTag, _ViewerLineno, _ViewerTs
+from .pastes import (
+    _Ansi,
+    _Compose,
+    _HardWrap,
+    _Indent,
+    _Launcher,
+    _Markdown,
+    _ProcTag,
+    _ViewerLineno,
+    _ViewerTs,
+)
 from .times import _Years
 
 _LAYERS: dict[str, type[_Layer]] = {
     cls.name: cls for cls in (_Kubectl, _Cri, _DockerJson, _Journald, _Syslog, _Compose, _Ansi, _Markdown,
-                              _ViewerLineno, _ViewerTs, _HardWrap, _Fluentbit, _Vector, _ProcTag, _Indent)
+                              _ViewerLineno, _ViewerTs, _HardWrap, _Fluentbit, _Vector, _ProcTag, _Indent,
+                              _Launcher)
 }
 # Every layer name detect() can return.
 LAYER_NAMES = tuple(_LAYERS)
