@@ -22,9 +22,13 @@ from pathlib import Path
 import pytest
 from conftest import SHARED
 
-from hangforensics.analysis.collective_match import Relation, VerdictKind, compare_process_groups
-from hangforensics.parsers import desync_report, flight_recorder, nccl_ras, stackrows, torch_nccl
-from hangforensics.parsers.collective_rows import (
+from hangforensics.analysis.collectives.collective_match import (
+    Relation,
+    VerdictKind,
+    compare_process_groups,
+)
+from hangforensics.parsers.collectives import desync_report, flight_recorder, nccl_ras, torch_nccl
+from hangforensics.parsers.collectives.collective_rows import (
     CollectiveRow,
     format_ranks,
     op_key,
@@ -32,13 +36,14 @@ from hangforensics.parsers.collective_rows import (
     rank_position,
     ts_from_ns,
 )
-from hangforensics.parsers.safe_pickle import (
+from hangforensics.parsers.collectives.safe_pickle import (
     DamagedPickle,
     PickleTooLarge,
     RefusedPickleGlobal,
     safe_loads,
     salvage_loads,
 )
+from hangforensics.parsers.stacks import stackrows
 
 DATA = Path(__file__).resolve().parent / "data" / "collectives"
 FR = DATA / "fr"
@@ -1039,7 +1044,7 @@ def test_json_dump_written_by_generator_is_valid_json() -> None:
 
 def test_unpickler_refuses_globals_on_its_own(tmp_path: Path) -> None:
     # the opcode pre-scan refuses first; the Unpickler's find_class is the second lock
-    from hangforensics.parsers.safe_pickle import _RefusingUnpickler
+    from hangforensics.parsers.collectives.safe_pickle import _RefusingUnpickler
 
     marker = tmp_path / "pwned2"
     data = _hostile(_Reduce(os.system, (f"touch {marker}",)))

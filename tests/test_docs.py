@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from hangforensics.analysis.rules import load_rules
-from hangforensics.analysis.signatures import load_signatures
+from hangforensics.analysis.stacks.signatures import load_signatures
 from hangforensics.cli import app
 from hangforensics.docs_gen import BEGIN, GENERATED, with_generated
 

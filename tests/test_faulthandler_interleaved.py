@@ -16,8 +16,8 @@ import pytest
 from conftest import DATA
 
 from hangforensics.ingest.pipeline import ingest_paths
-from hangforensics.parsers import faulthandler
-from hangforensics.parsers.pyspy import Dump
+from hangforensics.parsers.stacks import faulthandler
+from hangforensics.parsers.stacks.pyspy import Dump
 from hangforensics.readers.kinds import detect_kind
 from hangforensics.store import Store
 

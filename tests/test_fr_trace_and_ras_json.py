@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from conftest import DATA, by_rule
 
-from hangforensics.analysis.collective_match import compare_process_groups
+from hangforensics.analysis.collectives.collective_match import compare_process_groups
 from hangforensics.analysis.findings import run_rules
 from hangforensics.ingest.pipeline import ingest_paths
-from hangforensics.parsers import flight_recorder as fr
-from hangforensics.parsers import fr_trace_text, nccl_ras, nccl_ras_json
-from hangforensics.parsers.collective_rows import op_key
+from hangforensics.parsers.collectives import flight_recorder as fr
+from hangforensics.parsers.collectives import fr_trace_text, nccl_ras, nccl_ras_json
+from hangforensics.parsers.collectives.collective_rows import op_key
 from hangforensics.readers.kinds import detect_kind
 from hangforensics.store import Store
 

@@ -17,7 +17,9 @@ from conftest import DATA
 
 from hangforensics.ingest.fragments import unjoin_engine
 from hangforensics.ingest.pipeline import ingest_paths
-from hangforensics.parsers import faulthandler, process_snapshot, pyspy, sglang_log
+from hangforensics.parsers.capture import process_snapshot
+from hangforensics.parsers.sglang import sglang_log
+from hangforensics.parsers.stacks import faulthandler, pyspy
 from hangforensics.readers.kinds import detect_kind
 from hangforensics.store import Store
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from conftest import DATA, analyze_folder, by_rule
 
-from hangforensics.parsers.flight_recorder import (
+from hangforensics.parsers.collectives.flight_recorder import (
     collective_rows,
     position_entries,
     read_flight_recorder,
 )
-from hangforensics.parsers.flight_recorder_rows import records_no_lifecycle
+from hangforensics.parsers.collectives.flight_recorder_rows import records_no_lifecycle
 from hangforensics.readers.layout import Workspace, is_fleet
 
 GLOO = DATA / "collectives" / "gloo"

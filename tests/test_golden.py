@@ -94,7 +94,7 @@ def test_scanner_groups_of_chunks_and_slices_equal_golden(monkeypatch: pytest.Mo
     the rest once per group of several chunks (``sglang_fast.ScanGroup``), gives the same views: the rows
     of a group come back in line order, and its facts (release, clock steps, last time) span its chunks."""
     from hangforensics.ingest import parse
-    from hangforensics.parsers import sglang_fast
+    from hangforensics.parsers.sglang import sglang_fast
 
     monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", "0")
     monkeypatch.setattr(parse, "SCAN_CHUNK_BYTES", 256 * 1024)
@@ -115,7 +115,7 @@ def test_scanner_groups_of_chunks_and_slices_equal_golden(monkeypatch: pytest.Mo
 def test_scanner_failure_falls_back_to_the_general_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scanner that fails when called (compiling or caching its code) is turned off for the process; the
     chunk and the rest are read by the general parser, with the same views."""
-    from hangforensics.parsers import sglang_fast, sglang_scan
+    from hangforensics.parsers.sglang import sglang_fast, sglang_scan
 
     def broken(*args: object) -> None:
         raise OSError("cannot write the numba cache")
@@ -143,7 +143,7 @@ def test_scanner_off_without_a_numba_cache(tmp_path) -> None:
         impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
         impl._locator_classes = []                    # as with no writable directory anywhere
         logging.basicConfig()
-        from hangforensics.parsers import sglang_fast, sglang_scan
+        from hangforensics.parsers.sglang import sglang_fast, sglang_scan
         from hangforensics.store import Store
         from hangforensics.ingest.pipeline import ingest_paths
         assert sglang_scan.CACHED is False
@@ -163,7 +163,7 @@ def test_scanner_off_without_a_numba_cache(tmp_path) -> None:
 def test_scanner_ranks_equal_the_general_parser(tmp_path, monkeypatch: pytest.MonkeyPatch, distinct: int) -> None:
     """The scanner interns each chunk's rank prefixes (up to ``MAX_RANKS``; past that they are cut out line by
     line): either way every batch and access row carries the rank text the general parser reads."""
-    from hangforensics.parsers import sglang_scan
+    from hangforensics.parsers.sglang import sglang_scan
 
     assert distinct < sglang_scan.MAX_RANKS or distinct > sglang_scan.MAX_RANKS + 50
     log = tmp_path / "e" / "server.log"

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from hangforensics import api
-from hangforensics.parsers import hand_summary as hs
+from hangforensics.parsers.stacks import hand_summary as hs
 from hangforensics.readers.kinds import detect_kind
 
 

@@ -21,19 +21,11 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from hangforensics.parsers import (
-    capture_errors,
-    faulthandler,
-    gdb,
-    gpu,
-    leaks,
-    native_trace,
-    process_snapshot,
-    pyspy,
-    sglang_log,
-    stackrows,
-    torch_nccl,
-)
+from hangforensics.parsers import gpu
+from hangforensics.parsers.capture import capture_errors, process_snapshot
+from hangforensics.parsers.collectives import torch_nccl
+from hangforensics.parsers.sglang import leaks, sglang_log
+from hangforensics.parsers.stacks import faulthandler, gdb, native_trace, pyspy, stackrows
 from hangforensics.readers import kinds
 
 # derandomize: CI and a laptop run the same examples; sizes keep the whole file well under a minute on 2 cores
@@ -689,7 +681,7 @@ def test_the_scanners_line_bounds_split_as_python_does(parts: list[bytes]) -> No
     line, a CR before it is not part of the line, a last line without LF counts; and it finds every '['."""
     import numpy as np
 
-    from hangforensics.parsers import sglang_scan
+    from hangforensics.parsers.sglang import sglang_scan
 
     raw = b"".join(parts)
     starts, ends, brackets = sglang_scan.bounds(np.frombuffer(raw, np.uint8))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import LogWriter, analyze_folder, by_rule
 
-from hangforensics.analysis.signatures import load_signatures
+from hangforensics.analysis.stacks.signatures import load_signatures
 
 TAIL = ("    Scheduler.event_loop_overlap (vendor_sgl/srt/managers/scheduler.py:1052)\n"
         "    run_scheduler_process (vendor_sgl/srt/managers/scheduler.py:4414)\n    <module> (<string>:1)\n")

@@ -17,8 +17,8 @@ from bundle_builder import BROADCAST, ON_IDLE, SELF_CHECK, SYMM, T0, At, Bundle
 from conftest import LogWriter, by_rule
 
 from hangforensics import api
-from hangforensics.analysis.capture_advice import capture_facts, next_capture_command
 from hangforensics.analysis.findings import run_rules
+from hangforensics.analysis.summaries.capture_advice import capture_facts, next_capture_command
 from hangforensics.capture.advice import capture_command, literal_pattern
 from hangforensics.capture.manifest import Failure
 from hangforensics.ingest.pipeline import ingest_paths

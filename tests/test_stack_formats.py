@@ -15,7 +15,7 @@ import pytest
 from conftest import DATA, SHARED
 
 from hangforensics.ingest.pipeline import ingest_paths
-from hangforensics.parsers import faulthandler, gdb, native_trace, pyspy
+from hangforensics.parsers.stacks import faulthandler, gdb, native_trace, pyspy
 from hangforensics.readers.kinds import detect_kind
 from hangforensics.store import Store
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import SHARED, LogWriter, analyze_folder, by_rule
 
 from hangforensics.analysis.findings import run_rules
-from hangforensics.analysis.stackclasses import compact_ranks
+from hangforensics.analysis.stacks.stackclasses import compact_ranks
 from hangforensics.ingest.pipeline import ingest_paths
 from hangforensics.store import Store
 

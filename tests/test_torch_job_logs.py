@@ -16,8 +16,8 @@ from conftest import DATA
 from envelope_wrappers import wrap
 
 from hangforensics import api
-from hangforensics.parsers import torch_job
-from hangforensics.parsers.sglang_log import classify
+from hangforensics.parsers.sglang.sglang_log import classify
+from hangforensics.parsers.torch_jobs import torch_job
 
 JOBS = DATA / "torch_jobs"
 HANG_RULES = {"collective-desync", "first-rank-stopped", "all-ranks-frozen", "stall-onset", "stuck-across-snapshots"}

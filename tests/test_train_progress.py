@@ -10,7 +10,7 @@ import duckdb
 from conftest import analyze_folder, by_rule
 
 from hangforensics import api
-from hangforensics.parsers.train_steps import step_line
+from hangforensics.parsers.torch_jobs.train_steps import step_line
 
 TIMEOUT = ("[rank{r}]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
            "Timed out waiting 20000ms for recv operation to complete")

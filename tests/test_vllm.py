@@ -17,8 +17,8 @@ from envelope_wrappers import wrap
 
 from hangforensics.analysis.findings import run_rules
 from hangforensics.ingest.pipeline import ingest_paths
-from hangforensics.parsers.pyspy import rank_from_title
-from hangforensics.parsers.vllm_patterns import rank_of_process
+from hangforensics.parsers.stacks.pyspy import rank_from_title
+from hangforensics.parsers.vllm.vllm_patterns import rank_of_process
 from hangforensics.redaction import redact_payloads
 from hangforensics.store import Store
 

@@ -48,7 +48,7 @@ def _cell(text: str) -> str:
 def rules_markdown() -> str:
     """A section per rule and per hang signature: severity, what it says, its false positives."""
     from .analysis.rules import load_rules
-    from .analysis.signatures import load_signatures
+    from .analysis.stacks.signatures import load_signatures
 
     out = ["## Every rule\n"]
     for r in sorted(load_rules(), key=lambda r: r.id):

@@ -1,6 +1,6 @@
 """A progress bar on stderr, only when stderr is a terminal (stdout stays clean for --json).
 
-Not to be confused with an engine's forward progress (batch lines), which analysis/stalls.py judges."""
+Not to be confused with an engine's forward progress (batch lines), which analysis/progress/stalls.py judges."""
 
 from __future__ import annotations
 

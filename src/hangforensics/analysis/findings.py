@@ -30,7 +30,10 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
     if engines is None:
         engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
     # the models: imported here so that importing the findings module stays cheap
-    from . import collectives, probes, signatures, snapshots, stackclasses, stalls, summaries
+    from .collectives import collectives
+    from .progress import probes, stalls
+    from .stacks import signatures, snapshots, stackclasses
+    from .summaries import summaries
 
     with store.transaction():
         probes.rebuild(store, engines)
@@ -101,7 +104,7 @@ def stored_findings(store: Store) -> list[dict[str, Any]]:
 def document(findings: list[dict[str, Any]], engines: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The findings document: JSON-ready, ts as ISO-8601 without zone; ``engines`` are engine_summaries
     rows (one ``engines[]`` entry each)."""
-    from .summaries import engine_json
+    from .summaries.summaries import engine_json
 
     out = []
     for f in findings:

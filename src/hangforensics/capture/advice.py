@@ -2,7 +2,7 @@
 
 Pure: facts the evidence knows in, one shell command line out.  The engine summaries' capture-next
 list calls it with what an engine's evidence says (``server_args`` port and model path, a previous
-capture's selector and log paths); ``analysis/capture_advice.py`` gathers those facts from the store.
+capture's selector and log paths); ``analysis/summaries/capture_advice.py`` gathers those facts from the store.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ..parsers.pyspy import TITLE_RANK_RE, rank_from_title
+from ..parsers.stacks.pyspy import TITLE_RANK_RE, rank_from_title
 from ..ranks import rank_key
 from .errors import CaptureError, NoEngineError
 

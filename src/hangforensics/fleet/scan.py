@@ -112,7 +112,7 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
             "SELECT DISTINCT engine FROM sources WHERE starts_with(abs_path, ?)", [prefix])})
         res = ingest_files(store, root, files, progress, jobs=jobs, vanish_engines=engines, executor=ex)
         from ..analysis import findings as findings_mod  # rules and models load only when something changed
-        from ..analysis import incidents as incidents_mod
+        from ..analysis.summaries import incidents as incidents_mod
 
         stale = [r["engine"] for r in store.query(
             "SELECT s.engine FROM (SELECT DISTINCT engine FROM sources) s LEFT JOIN engine_state e USING (engine) "

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from ..capture.errors import ManifestError
 from ..capture.manifest import MANIFEST_NAME, DumpRecord, Manifest, read_manifest
-from ..parsers import capture_files
+from ..parsers.capture import capture_files
 from ..readers.logfile import iter_chunks
 from .jobs import FileOutcome
 

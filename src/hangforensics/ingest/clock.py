@@ -76,7 +76,7 @@ _BOTH_CLOCKS = """
     per_engine AS (SELECT median(d) AS d FROM both_clocks)"""
 
 
-# A torch.distributed job's records that print no time (parsers/torch_job.py).
+# A torch.distributed job's records that print no time (parsers/torch_jobs/torch_job.py).
 _TORCH_JOB_TIMELESS = "('c10d_error', 'rank_traceback')"
 
 

@@ -13,12 +13,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ..parsers import flight_recorder as fr
-from ..parsers import fr_trace_text, nccl_ras, nccl_ras_json
-from ..parsers.collective_rows import CollectiveRow, ts_from_ns
+from ..parsers.collectives import flight_recorder as fr
+from ..parsers.collectives import fr_trace_text, nccl_ras, nccl_ras_json
+from ..parsers.collectives.collective_rows import CollectiveRow, ts_from_ns
+from ..parsers.collectives.safe_pickle import MAX_PICKLE_BYTES
 from ..parsers.linemap import LineMap
-from ..parsers.safe_pickle import MAX_PICKLE_BYTES
-from ..parsers.stackrows import dump_rows
+from ..parsers.stacks.stackrows import dump_rows
 from ..readers.envelopes import EnvelopeStack
 from ..readers.layout import EvidenceFile
 from ..readers.logfile import open_binary

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..parsers.pyspy import CONTINUATION_TID
+from ..parsers.stacks.pyspy import CONTINUATION_TID
 from ..store import Store
 
 # Typed rows that a dump's end must not be followed by (unparsed lines may: fences, prose, a cut remainder)

@@ -1,5 +1,5 @@
 """Rows of a file a reporter wrote by hand (``hand_summary``) or a ``/metrics`` excerpt (``metrics_text``):
-see ``parsers/hand_summary.py``.
+see ``parsers/stacks/hand_summary.py``.
 
 Each rank of a hand-abbreviated stack is one process (``stacks`` row, one thread, ``format`` =
 ``hand_summary``, no pid, no time: a person's summary was not taken at a moment the evidence gives) with its
@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..parsers import hand_summary
+from ..parsers.stacks import hand_summary
 from ..readers.envelopes import NONE
 from ..readers.payload import read_payload
 

@@ -323,7 +323,7 @@ def stop_resource_tracker() -> None:
 def join_ranges(ranges: Iterable[Iterator[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
     """The batches of a split log's ranges (each a batch generator returning its FileOutcome) in file order,
     with checkpoints and totals made cumulative."""
-    from ..parsers.sglang_patterns import newest_release  # (no polars: the loader needs none)
+    from ..parsers.sglang.sglang_patterns import newest_release  # (no polars: the loader needs none)
 
     done = FileOutcome()
     release = None

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from ..capture.manifest import ingest_rank
-from ..parsers import faulthandler, gdb, gpu, native_trace, process_snapshot, pyspy
-from ..parsers.capture_errors import capture_error_reason
+from ..parsers import gpu
+from ..parsers.capture import process_snapshot
+from ..parsers.capture.capture_errors import capture_error_reason
 from ..parsers.linemap import LineMap
-from ..parsers.stackrows import dump_rows, rank_from_place
+from ..parsers.stacks import faulthandler, gdb, native_trace, pyspy
+from ..parsers.stacks.stackrows import dump_rows, rank_from_place
 from ..readers.envelopes import EnvelopeStack
 from ..readers.kinds import CAPTURE_KINDS, REPORTER_KINDS, STACK_KINDS
 from ..readers.layout import EvidenceFile
@@ -83,8 +85,12 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     behind it, so each one is whole records; yields (parsed, resumable): ``out`` (read_bytes, lines) is a
     resume point after a resumable one.  At the end of a live file, lines the envelope holds back (a CRI
     ``P`` run without its ``F``) are left for the next read, which resumes where they begin."""
-    from ..parsers.sglang_fast import ScanGroup, scan_min_bytes, scanner  # (numba: only for a large read)
-    from ..parsers.sglang_log import FileContext
+    from ..parsers.sglang.sglang_fast import (  # (numba: only for a large read)
+        ScanGroup,
+        scan_min_bytes,
+        scanner,
+    )
+    from ..parsers.sglang.sglang_log import FileContext
 
     mtime = f.abs_path.stat().st_mtime
     reader = PayloadReader.for_file(f.abs_path, mtime, job.envelope, resumed=job.start_offset > 0)
@@ -123,7 +129,7 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
 
 def _parse_payload(pay: Payload, ctx: Any) -> Any:
     """Parse one payload batch of a log (counted by ``_counted``: physical lines)."""
-    from ..parsers.sglang_log import Parsed, parse_chunk
+    from ..parsers.sglang.sglang_log import Parsed, parse_chunk
 
     if pay.plain:
         return parse_chunk(pay.lines, pay.first_line, ctx)
@@ -138,7 +144,7 @@ def _parse_payload(pay: Payload, ctx: Any) -> Any:
 def _counted(done: list[Any], ctx: Any, out: FileOutcome, resumable: bool) -> Iterator[tuple[Any, bool]]:
     """Parsed batches with their counts and notes added to ``out``, as ``_parse_log`` yields them: only the
     last may be a resume point (``out.read_bytes`` is past them all)."""
-    from ..parsers.sglang_patterns import newest_release
+    from ..parsers.sglang.sglang_patterns import newest_release
 
     for k, parsed in enumerate(done):
         out.release = ctx.release = newest_release(out.release, parsed.release)

@@ -7,7 +7,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from ..parsers import torch_nccl
+from ..parsers.collectives import torch_nccl
 from ..readers.layout import EvidenceFile
 from ..readers.payload import Payload
 
@@ -24,7 +24,7 @@ def torch_records(pay: Payload, runs: list[list[int]], f: EvidenceFile, mtime: f
     runs = [r[k:] for r in runs if (k := next((j for j, i in enumerate(r) if TORCH_LINE.match(pay.lines[i])), -1)) >= 0]
     if not runs:
         return {}, set()
-    from ..parsers.sglang_log import FileContext, parse_chunk
+    from ..parsers.sglang.sglang_log import FileContext, parse_chunk
 
     idx = [i for r in runs for i in r]
     ref = datetime.fromtimestamp(mtime) if mtime is not None else datetime.now()

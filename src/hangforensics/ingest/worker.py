@@ -20,7 +20,7 @@ def warm_up() -> None:
     import polars  # noqa: F401
     import pyarrow  # noqa: F401
 
-    from ..parsers.sglang_fast import scan_min_bytes, scanner, warm_scanner
+    from ..parsers.sglang.sglang_fast import scan_min_bytes, scanner, warm_scanner
     if scan_min_bytes() <= SPLIT_MIN_BYTES and scanner() is not None:
         warm_scanner()
 

@@ -9,17 +9,17 @@ import re
 from pathlib import Path
 
 from ..errors import InputError
-from ..parsers import faulthandler, gdb, hand_summary, native_trace, pyspy
-from ..parsers.capture_errors import looks_like_capture_error
-from ..parsers.capture_files import looks_like_manifest, looks_like_process_facts
-from ..parsers.flight_recorder import looks_like_flight_recorder
-from ..parsers.fr_trace_text import looks_like_fr_trace
+from ..parsers.capture.capture_errors import looks_like_capture_error
+from ..parsers.capture.capture_files import looks_like_manifest, looks_like_process_facts
+from ..parsers.capture.process_snapshot import looks_like_process_snapshot
+from ..parsers.collectives.flight_recorder import looks_like_flight_recorder
+from ..parsers.collectives.fr_trace_text import looks_like_fr_trace
+from ..parsers.collectives.nccl_ras import looks_like_nccl_ras
+from ..parsers.collectives.nccl_ras_json import looks_like_nccl_ras_json
 from ..parsers.gpu import looks_like_nvidia_smi
-from ..parsers.nccl_ras import looks_like_nccl_ras
-from ..parsers.nccl_ras_json import looks_like_nccl_ras_json
-from ..parsers.process_snapshot import looks_like_process_snapshot
-from ..parsers.sglang_patterns import BARE_TRACEBACK, LEAK_TEXT
-from ..parsers.train_steps import STEP_LINE
+from ..parsers.sglang.sglang_patterns import BARE_TRACEBACK, LEAK_TEXT
+from ..parsers.stacks import faulthandler, gdb, hand_summary, native_trace, pyspy
+from ..parsers.torch_jobs.train_steps import STEP_LINE
 from .envelopes import EnvelopeStack, Unwrapper
 from .logfile import head_text, open_binary
 from .payload import head_lines, sniff
@@ -40,7 +40,7 @@ LOG_SNIFF = re.compile(
     r"|terminate called after throwing an instance of 'gloo::"
     # an idle leak check without a log prefix (a Python warning line, a ValueError line, an older wording)
     r"|" + LEAK_TEXT +
-    # a job's own dated step / iteration lines (parsers/train_steps.py)
+    # a job's own dated step / iteration lines (parsers/torch_jobs/train_steps.py)
     r"|" + STEP_LINE.removeprefix("^") +
     r")",
     re.M,
@@ -56,7 +56,7 @@ CAPTURE_KINDS = ("capture_manifest", "process_facts")
 
 # Every kind detect_kind can return (sources.kind).
 # What reporters write by hand (stacks summarised to a few names per rank, tables, timelines) and /metrics
-# excerpts (parsers/hand_summary.py): read by ingest/hand_parse.py.
+# excerpts (parsers/stacks/hand_summary.py): read by ingest/hand_parse.py.
 REPORTER_KINDS = ("hand_summary", "metrics_text")
 KINDS = ("server_log", *STACK_KINDS, "capture_error", "gpu_samples", "flight_recorder", "nccl_ras", "fr_trace",
          *CAPTURE_KINDS, "process_snapshot", *REPORTER_KINDS, "empty", "binary", "unreadable", "unknown")

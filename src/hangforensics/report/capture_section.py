@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from ..analysis.snapshot_text import STATE_WORDS, facts_in_words
+from ..analysis.stacks.snapshot_text import STATE_WORDS, facts_in_words
 from ..ranks import rank_key
 from ..store import Store
 

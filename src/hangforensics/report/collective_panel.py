@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..analysis.collectives import EngineContext, group_label
+from ..analysis.collectives.collectives import EngineContext, group_label
 from ..ranks import rank_key
 from ..store import Store
 

@@ -26,9 +26,9 @@ import jinja2
 
 from .. import __version__
 from ..analysis.findings import iso
-from ..analysis.probes import PROBE_PATHS
+from ..analysis.progress.probes import PROBE_PATHS
 from ..analysis.rules import SEVERITIES, load_rules
-from ..analysis.stackclasses import compact_ranks
+from ..analysis.stacks.stackclasses import compact_ranks
 from ..ranks import rank_key
 from ..readers.logfile import iter_chunks
 from ..redaction import redact_payloads, shorten
@@ -356,7 +356,7 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
 
 
 def _summary(store: Store, engine: str, show_payloads: bool) -> dict[str, Any] | None:
-    """The engine's summary (analysis/summaries.py) with its parts worded for the page."""
+    """The engine's summary (analysis/summaries/summaries.py) with its parts worded for the page."""
     rows = store.query("SELECT * FROM engine_summaries WHERE engine = ?", [engine])
     if not rows:
         return None
@@ -377,7 +377,7 @@ def render_incident(store: Store, incident: dict[str, Any], show_payloads: bool 
     """One incident's report: its engine's report scoped to the incident's run and findings."""
     fs = store.query("SELECT * EXCLUDE (finding_id) FROM findings WHERE engine = ? ORDER BY finding_id",
                      [incident["engine"]])
-    from ..analysis.segments import segment_of, segments_of
+    from ..analysis.progress.segments import segment_of, segments_of
 
     segs = segments_of(store, incident["engine"])
     mine = [f for f in fs if segment_of(segs, f["ts"]) == incident["segment"] or f["ts"] is None]

@@ -52,7 +52,7 @@ VIEW_NOTES = {
     "probes": "Derived by analyze: liveness probes recognised by behaviour (one client, one GET path, a steady "
               "interval) or by a well-known probe path.",
     "collective_verdicts": "Derived by analyze: each process group's collective records compared, one "
-                           "source at a time, by one matcher (analysis/collective_match.py): the majority of "
+                           "source at a time, by one matcher (analysis/collectives/collective_match.py): the majority of "
                            "ranks is the reference, the minority is named (desync), a member missing or dead is "
                            "named (absent), a tie names nobody (split). A desync report is tied to its group's "
                            "verdict and says whether it agrees.",

@@ -14,7 +14,7 @@ VIEWS = {
         FROM vllm_stats
     """,
     # Forward progress: SGLang batch lines, vLLM stats lines whose generation throughput moved, and a
-    # torch.distributed job's own dated step lines (parsers/train_steps.py).
+    # torch.distributed job's own dated step lines (parsers/torch_jobs/train_steps.py).
     "progress": """
         SELECT engine, path, line, ts, rank, batch_kind, running_req, queue_req, pending_req FROM batches
         UNION ALL

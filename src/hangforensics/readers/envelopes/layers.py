@@ -18,7 +18,7 @@ PAYLOAD_HEAD = (r"(?:\([\w .=-]*pid=\d+[^)\n]*\)\s*)?"     # vLLM's tags: '(Vllm
                 r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d )")
 
 # torch.distributed's Python log lines in glog form (torchrun's elastic agent) and the lines of torchrun's
-# failure summary that no other head covers (parsers/torch_job.py).
+# failure summary that no other head covers (parsers/torch_jobs/torch_job.py).
 TORCH_JOB_HEAD = (r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] |torch\.distributed\.[\w.]+(?:Error|Exception):"
                   r"|\S*[./]\S* FAILED$|Failures:$|Root Cause \(first observed failure\):$|\[\d+\]:$")
 

@@ -1,0 +1,289 @@
+"""The known-signature catalogue: one TOML file per signature in ``rules/signatures/``.
+
+A signature says what it keys on in a ``[match]`` table; every key is optional
+and all given keys must hold:
+
+* ``frames``: regexes searched in the function names of each rank's main-thread
+  stack (names, never package paths: vendored and renamed packages are common);
+* ``min_fraction`` / ``max_fraction`` / ``min_ranks``: how many ranks of the
+  capture must match;
+* ``blocked``: the matching ranks are stuck, i.e. the engine stalled (stalls
+  table), or a capture bundle's /proc facts show the rank blocked (state S with
+  a kernel wait, or D; unchanged across repeated snapshots when there are
+  several), or, without such facts, the matching thread is idle in the dump (a
+  healthy busy dump that merely passes through the frame is not the hang; a
+  rank spinning at 100 % CPU, state R, is not blocked whatever py-spy's flag);
+* ``stalled``: the engine's log shows a stall (for frames a healthy engine also sits in: a pipeline
+  stage's receive, a CUDA graph replay);
+* ``others_in_collective``: the ranks that do not match wait in a collective;
+* ``others_not_in_collective``: the matching ranks wait in a collective (not at the per-iteration sync
+  point) while at least one peer of their group (a rank with a TP number: not an engine core) is in none;
+* ``with_desync``: the capture's ranks wait in different collectives (desyncs);
+* ``framework``: the engine must be of this family (``vllm``: its log or its stacks are vLLM's);
+* ``gpu_util_max`` / ``gpu_util_min``: when nvidia-smi samples cover the stall, their mean
+  utilisation must lie within these bounds (0 % idle in a host rendezvous vs a 100 % device spin);
+* ``log``: regexes on event messages (``log_kinds`` restricts the event kinds);
+  a log match alone is enough when no ``frames`` are given, and is supporting
+  evidence otherwise;
+* ``per_collective``: one match per timed-out collective (process group and SeqNum of the
+  ``collectives`` view), not per engine: the signal is the collective, however many ranks report it.
+
+Adding a signature is adding a file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from ...errors import RuleError
+from ...ranks import rank_numbers
+from ...store import Store
+from ..rules import rules_dir
+from .snapshots import snapshot_status
+from .stackclasses import PER_ITERATION_SITES, captures, compact_ranks, main_stacks, path_of
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    title: str
+    description: str
+    evidence: str
+    remediation: str
+    references: tuple[str, ...]
+    false_positives: tuple[str, ...]
+    match: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def load_signatures(directory: Path | None = None) -> list[Signature]:
+    d = directory or (rules_dir() / "signatures")
+    out = []
+    for p in sorted(d.glob("*.toml")):
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise RuleError(f"signatures/{p.name}: {e}") from e
+        for k in ("id", "title", "description", "evidence", "remediation", "match"):
+            if k not in data:
+                raise RuleError(f"signatures/{p.name}: missing {k}")
+        if data["id"] != p.stem:
+            raise RuleError(f"signatures/{p.name}: file name must be the signature id")
+        m = data["match"]
+        for key in ("frames", "log"):
+            for rx in m.get(key, []):
+                try:
+                    re.compile(rx)
+                except re.error as e:
+                    raise RuleError(f"signatures/{p.name}: bad regex {rx!r}: {e}") from e
+        out.append(Signature(
+            id=data["id"], title=data["title"], description=" ".join(data["description"].split()),
+            evidence=" ".join(data["evidence"].split()), remediation=" ".join(data["remediation"].split()),
+            references=tuple(data.get("references", [])), false_positives=tuple(data.get("false_positives", [])),
+            match=m, path=p))
+    return out
+
+
+def _frame_hits(frames: list[dict], patterns: list[re.Pattern]) -> list[str]:
+    return [f["function"] for f in frames if any(p.search(f["function"]) for p in patterns)]
+
+
+@dataclass
+class EngineEvidence:
+    """What every signature of one engine is evaluated against, queried once."""
+
+    stalled: bool
+    caps: list            # captures of main-thread stacks
+    desync_caps: set[int]
+    colls: dict
+    proc: dict = field(default_factory=dict)     # dump_id -> snapshot status (snapshot_facts)
+    framework: str = "sglang"                     # vllm when its log or its stacks are vLLM's
+
+    def blocked(self, s: Any) -> bool:
+        """A rank stuck where its dump shows it: by the capture's /proc facts when there are any."""
+        status = self.proc.get(s.dump_id)
+        if status in ("stuck", "driver_wait", "blocked"):
+            return True
+        if status in ("spinning", "running", "moved", "gone"):
+            return False
+        return s.state == "idle"
+
+
+def engine_evidence(store: Store, engine: str) -> EngineEvidence:
+    stalled = bool(store.scalar("SELECT count(*) FROM stalls WHERE engine = ?", [engine]))
+    caps = captures(main_stacks(store, engine))
+    desync = {r["capture"] for r in store.query("SELECT capture FROM desyncs WHERE engine = ? AND kind IS DISTINCT FROM 'absent'", [engine])}
+    colls = {(r["capture"], r["rank"]): r for r in store.query(
+        "SELECT capture, rank, collective FROM rank_collectives WHERE engine = ?", [engine])} if caps else {}
+    vllm = store.scalar(
+        "SELECT EXISTS (SELECT 1 FROM events WHERE engine = $1 AND kind LIKE 'vllm%') OR EXISTS (SELECT 1 FROM frames f "
+        "JOIN stacks s USING (dump_id, thread_id) WHERE s.engine = $1 AND f.file LIKE '%/vllm/%')", [engine])
+    return EngineEvidence(stalled, caps, desync, colls, snapshot_status(store, engine) if caps else {},
+                          "vllm" if vllm else "sglang")
+
+
+def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | None = None) -> list[dict[str, Any]]:
+    m = sig.match
+    ev = ev or engine_evidence(store, engine)
+    stalled = ev.stalled
+    log_rows: list[dict] = []
+    if m.get("log"):
+        kinds = m.get("log_kinds")
+        rx = "|".join(f"(?:{x})" for x in m["log"])
+        log_rows = store.query(
+            "SELECT ts, rank, path, line, message FROM events WHERE engine = ? AND regexp_matches(message, ?)"
+            + (" AND list_contains(?, kind)" if kinds else "") + " ORDER BY ts, line",
+            [engine, rx, kinds] if kinds else [engine, rx])
+    out: list[dict[str, Any]] = []
+    if not m.get("frames"):
+        if log_rows:
+            ranks = sorted({r["rank"] for r in log_rows if r["rank"] and not r["rank"].startswith("rank")})
+            out.append(_row(engine, sig, log_rows[0]["ts"], ranks,
+                            f"{len(log_rows)} log line(s) match: {log_rows[0]['message'][:300]}",
+                            [{"file": r["path"], "line": r["line"]} for r in log_rows[:8]]))
+        return out
+    patterns = [re.compile(x) for x in m["frames"]]
+    desync_caps, colls = ev.desync_caps, ev.colls
+    if m.get("framework", ev.framework) != ev.framework:
+        return out
+    for ci, cap in enumerate(ev.caps):
+        hits = {s.rank: _frame_hits(s.frames, patterns) for s in cap}
+        matched = [s for s in cap if hits[s.rank]]
+        if m.get("stalled") and not stalled:
+            continue
+        if m.get("blocked"):
+            matched = [s for s in matched if stalled or ev.blocked(s)]
+        peers: list = []
+        if m.get("others_not_in_collective"):
+            matched, peers = _one_sided(cap, matched, colls, ci)
+            if not peers:
+                continue
+        n, total = len(matched), len(cap)
+        if n < m.get("min_ranks", 1) or not total:
+            continue
+        if n / total < m.get("min_fraction", 0.0) or n / total > m.get("max_fraction", 1.0):
+            continue
+        others = [s for s in cap if s not in matched]
+        if m.get("others_in_collective") and (not others or not all(
+                colls.get((ci, s.rank), {}).get("collective") for s in others)):
+            continue
+        if m.get("with_desync") and ci not in desync_caps:
+            continue
+        # a one-sided collective names the peer(s) that never joined: the odd ones out, as a desync does
+        ranks = [s.rank for s in (peers or matched)]
+        frames = sorted({f for s in matched for f in hits[s.rank]})
+        detail = (f"{compact_ranks([s.rank for s in matched])} ({n} of {total} ranks in this capture) show "
+                  f"{', '.join(frames[:4])} on the main thread")
+        if others and m.get("others_in_collective"):
+            detail += f", while {compact_ranks([s.rank for s in others])} wait in a collective for them"
+        if peers:
+            where = sorted({(path_of(s) or ["?"])[-1] for s in peers})
+            detail += (f", while their peer(s) {compact_ranks([s.rank for s in peers])} are in no collective "
+                       f"(in {', '.join(where[:3])}): one side entered the collective, the other never joined")
+        if log_rows:
+            detail += f"; the log agrees: {log_rows[0]['message'][:200]}"
+        if any(s.hand for s in matched):
+            detail += " (in stacks a person summarised by hand, not a capture)"
+        detail += f". {sig.description} Remediation: {sig.remediation}"
+        gpu = _gpu_during_stall(store, engine)
+        if gpu is not None:
+            mean, n_samples = gpu
+            if mean > m.get("gpu_util_max", 101.0) or mean < m.get("gpu_util_min", -1.0):
+                continue
+            detail += f" GPU utilisation while stalled: {mean:.0f} % on average over {n_samples} nvidia-smi samples."
+        ts = max((s.ts for s in matched if s.ts), default=None)
+        cited = [{"file": s.path, "line": s.line} for s in matched[:8]]
+        cited += [{"file": r["path"], "line": r["line"]} for r in log_rows[:2]]
+        out.append(_row(engine, sig, ts, ranks, detail, cited))
+    if not out and log_rows and m.get("log_alone", False):
+        out.append(_row(engine, sig, log_rows[0]["ts"], [], f"log: {log_rows[0]['message'][:300]}",
+                        [{"file": r["path"], "line": r["line"]} for r in log_rows[:8]]))
+    return out[-1:] if m.get("latest_only", True) else out
+
+
+def _one_sided(cap: list, matched: list, colls: dict, ci: int) -> tuple[list, list]:
+    """(ranks waiting in a collective, their peers in none) of one capture, or ([], []).  Peers are ranks
+    of the same data-parallel group with a TP number (a vLLM engine core or API server is no member of the
+    group); a wait at the per-iteration sync point (V0 workers' broadcast_tensor_dict, SGLang's
+    broadcast_pyobj) is waiting for work, not one side of a collective."""
+    def waits(s: Any) -> bool:
+        c = colls.get((ci, s.rank), {})
+        return bool(c.get("collective")) and not PER_ITERATION_SITES.search(c.get("call_site") or "")
+
+    inside = [s for s in matched if waits(s)]
+    groups = {rank_numbers(s.rank).get("DP") for s in inside}
+    peers = [s for s in cap if s not in inside and rank_numbers(s.rank).get("TP") is not None
+             and rank_numbers(s.rank).get("DP") in groups]
+    if not inside or not peers or any(waits(s) for s in peers):
+        return [], []
+    return inside, peers
+
+
+def _gpu_during_stall(store: Store, engine: str) -> tuple[float, int] | None:
+    """Mean GPU utilisation between stall onset and the end of the evidence, when samples exist."""
+    row = store.query(
+        "SELECT avg(g.util_pct) AS mean, count(*) AS n FROM gpu_samples g JOIN stalls s ON s.engine = g.engine "
+        "AND g.ts > s.onset AND g.ts <= s.evidence_end WHERE g.engine = ?", [engine])[0]
+    return (row["mean"], row["n"]) if row["n"] else None
+
+
+def _row(engine: str, sig: Signature, ts, ranks: list[str], detail: str, evidence: list[dict]) -> dict[str, Any]:
+    return {"engine": engine, "signature": sig.id, "title": sig.title, "ts": ts, "ranks": ranks,
+            "detail": detail, "evidence": evidence}
+
+
+def rebuild(store: Store, engines: list[str]) -> None:
+    sigs = load_signatures()
+    store.con.execute("DELETE FROM signature_matches WHERE list_contains(?, engine)", [engines])
+    with_stacks = {r["engine"] for r in store.query(
+        "SELECT DISTINCT engine FROM stacks WHERE list_contains(?, engine)", [engines])}
+    # log-only signatures first, for every engine in one query each; stack signatures where stacks exist
+    rows: list[dict[str, Any]] = []
+    for e in sorted(with_stacks):
+        ev = engine_evidence(store, e)
+        rows += [r for sig in sigs if sig.match.get("frames") for r in evaluate(store, e, sig, ev)]
+    for sig in sigs:
+        if sig.match.get("per_collective"):
+            rows += _per_collective(store, engines, sig)
+            continue
+        if sig.match.get("frames") and not sig.match.get("log_alone"):
+            continue
+        if not sig.match.get("log"):
+            continue
+        kinds = sig.match.get("log_kinds")
+        rx = "|".join(f"(?:{x})" for x in sig.match["log"])
+        hits = store.query(
+            "SELECT DISTINCT engine FROM events WHERE list_contains(?, engine) AND regexp_matches(message, ?)"
+            + (" AND list_contains(?, kind)" if kinds else ""), [engines, rx, kinds] if kinds else [engines, rx])
+        for h in hits:
+            if sig.match.get("frames") and any(r["engine"] == h["engine"] and r["signature"] == sig.id for r in rows):
+                continue
+            log_only = Signature(**{**sig.__dict__, "match": {k: v for k, v in sig.match.items() if k != "frames"}})
+            rows += evaluate(store, h["engine"], log_only, EngineEvidence(False, [], set(), {}))
+    store.append("signature_matches", rows)
+
+
+def _per_collective(store: Store, engines: list[str], sig: Signature) -> list[dict[str, Any]]:
+    """One match per (engine, process group, SeqNum) of the torch collective timeouts."""
+    rows = store.query(
+        """SELECT engine, pg, seq, any_value(op) AS op, min(ts) AS ts, count(DISTINCT coalesce(rank, -1 - pg_rank)) AS n,
+                  list(DISTINCT rank ORDER BY rank) AS ranks, list({'file': path, 'line': line} ORDER BY ts)[1:8] AS ev,
+                  max(timeout_ms) AS timeout_ms
+           FROM collectives WHERE list_contains(?, engine) AND source = 'torch_nccl'
+           GROUP BY engine, pg, seq ORDER BY engine, ts""", [engines])
+    out = []
+    for r in rows:
+        ranks = ", ".join(str(x) for x in r["ranks"] if x is not None)
+        where = f"process group {r['pg']}" if r["pg"] != "?" else "a process group the lines do not name"
+        detail = (f"{r['n']} rank(s) ({ranks}) report that collective SeqNum {r['seq']} "
+                  f"{r['op'] or ''} of {where} timed out"
+                  + (f" after {r['timeout_ms'] / 1000:.0f} s" if r["timeout_ms"] else "")
+                  + f". {sig.description} Remediation: {sig.remediation}")
+        # the torch ranks that report it (global ranks: interface.md §3)
+        out.append(_row(r["engine"], sig, r["ts"], [f"rank{x}" for x in r["ranks"] if x is not None], detail, r["ev"]))
+    return out
