@@ -28,7 +28,8 @@ CLI = ("import sys, hangforensics.ingest.pipeline as p, hangforensics.ingest.par
 def big_log(tmp_path_factory) -> Path:
     eng = tmp_path_factory.mktemp("lifetime") / "eng"
     eng.mkdir()
-    subprocess.run([sys.executable, str(REPO / "bench" / "generate.py"), "big", str(eng / "server.log"), "--mb", "12"],
+    # large enough that the ingest is still running when Ctrl-C lands on a loaded machine (a full test run)
+    subprocess.run([sys.executable, str(REPO / "bench" / "generate.py"), "big", str(eng / "server.log"), "--mb", "40"],
                    check=True)
     return eng
 
