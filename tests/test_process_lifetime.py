@@ -51,10 +51,17 @@ def sigint_ignored(pid: int) -> bool:
     return bool(mask & (1 << (signal.SIGINT - 1)))
 
 
+def _as_from_a_shell() -> None:
+    """The command starts as a shell starts it: SIGINT handled and unblocked, whatever this test process's
+    other tests left in its own disposition or signal mask (a child inherits both)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(*args: str, interrupt_after_workers: bool = False,
             wrap: tuple[str, ...] = ()) -> tuple[int, str, list[psutil.Process]]:
     proc = subprocess.Popen([*wrap, sys.executable, "-c", CLI, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_as_from_a_shell)
     if interrupt_after_workers:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(psutil.Process(proc.pid).children()) < 2:
