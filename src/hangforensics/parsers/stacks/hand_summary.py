@@ -346,29 +346,26 @@ def _read_stacks(ls: list[_Line], out: Reading) -> None:
                 k += 1
                 continue
             # 'TP0:' alone: the block below it (after blank lines or a fence opening)
-            j = _skip_to_block(ls, k + 1)
-            got = _block(ls, j, False) if j is not None else None
-            if got is not None:
-                frames, end = got
-                _add_stack(out, group, frames, ln.i, ls[end - 1].i, "block")
-                out.consumed.update(ls[x].i for x in range(j, end))
-                out.consumed.add(ln.i)
-                k = end
-                continue
-            k += 1
+            end = _take_block(out, ls, k, group, False)
+            k = end if end is not None else k + 1
             continue
         group = _prose_label(ln.text) if not ln.inside else None
-        if group is not None:
-            j = _skip_to_block(ls, k + 1)
-            got = _block(ls, j, True) if j is not None else None
-            if got is not None:
-                frames, end = got
-                _add_stack(out, group, frames, ln.i, ls[end - 1].i, "block")
-                out.consumed.update(ls[x].i for x in range(j, end))
-                out.consumed.add(ln.i)
-                k = end
-                continue
-        k += 1
+        end = _take_block(out, ls, k, group, True) if group is not None else None
+        k = end if end is not None else k + 1
+
+
+def _take_block(out: Any, ls: list[_Line], k: int, group: Any, prose: bool) -> int | None:
+    """The block of frames below the label on line ``k``, as that group's stack: the index after it, or
+    None when no block follows."""
+    j = _skip_to_block(ls, k + 1)
+    got = _block(ls, j, prose) if j is not None else None
+    if got is None:
+        return None
+    frames, end = got
+    _add_stack(out, group, frames, ls[k].i, ls[end - 1].i, "block")
+    out.consumed.update(ls[x].i for x in range(j, end))
+    out.consumed.add(ls[k].i)
+    return end
 
 
 def _skip_to_block(ls: list[_Line], k: int) -> int | None:
