@@ -1,10 +1,11 @@
 """The benchmark, in one run: grep floor, ingest throughput and peak RSS at two sizes, fleet scan and rescan
 (local process pool and a single-node Ray), report rendering per incident.
 
-    python bench/run.py                     # 200 MB and 400 MB logs, 300-engine fleet of ~1 MB
+    python bench/run.py                     # 200 MB and 400 MB logs; fleets of 100, 1000 and 5000 engines
     python bench/run.py --big-mb 2000       # add the 2 GB log (peak RSS target: under 1 GB)
     python bench/run.py --sizes ""          # the fleet scans only
-    python bench/run.py --sizes 445 --runs 3 --executors local   # the issue's figure: 3 paired runs
+    python bench/run.py --sizes 445 --runs 3 --fleets ""        # the single-log figure: 3 paired runs
+    python bench/run.py --fleets 300x1 --executors local,ray    # local against Ray
 
 Ingest runs are paired with ``grep -c batch`` on the same file (page cache warm) and the medians reported,
 with the ratio's median; peak memory is given for the whole tree (the sum of RSS, which counts the pages of
@@ -115,19 +116,26 @@ def ensure_fleet(engines: int, mb: float) -> Path:
 
 def fleet_scans(fleet: Path, fleet_mb: float, engines: int, mode: str, tmp: Path) -> list[tuple]:
     """A full scan and unchanged rescans of the fleet with one executor (a Ray scan starts a single-node Ray
-    of its own, as cron would run it); the rescan budget is 2 % of the full scan or 2 s, the larger."""
-    db, out, js = tmp / f"fleet-{mode}.duckdb", tmp / f"out-{mode}", tmp / f"scan-{mode}.json"
+    of its own, as cron would run it); the rescan budget is 2 % of the full scan or 2 s, the larger.  The
+    scan's own phase times (``scans.ingest_s``, ``analyze_s``) give the analysis per engine."""
+    db, out, js = tmp / f"fleet-{engines}-{mode}.duckdb", tmp / f"out-{engines}-{mode}", tmp / f"scan-{engines}-{mode}.json"
     cmd = [*HF, "scan", str(fleet), "--db", str(db), "--out", str(out), "--json", str(js), "--executor", mode]
     t_full, rss_full = measure(cmd)
+    largest, pss, cpu = LAST["largest"], LAST["pss"], LAST["cpu"]
+    phases = _phases(db)
+    FLEETS.append({"engines": engines, "mb": fleet_mb, "mode": mode, "scan": t_full, **phases})
     rows = [(f"scan {engines} engines, {fleet_mb:.0f} MB, --executor {mode}", t_full, rss_full,
-             f"{fleet_mb / t_full:.1f} MB/s, every core")]
+             f"{fleet_mb / t_full:.1f} MB/s; ingest {phases['ingest_s']:.1f} s, analysis {phases['analyze_s']:.2f} s "
+             f"(**{1000 * phases['analyze_s'] / engines:.1f} ms per engine**), reports {phases['report_s']:.1f} s; "
+             f"largest process {largest:.0f} MB; all processes {pss:.0f} MB PSS; CPU {cpu:.1f} s")]
     t_re, rss_re = best(cmd)
     budget = max(0.02 * t_full, 2.0)
     rows.append((f"rescan, nothing changed, --executor {mode}", t_re, rss_re,
                  f"{100 * t_re / t_full:.1f} % of the full scan; budget {budget:.1f} s: "
                  f"{'met' if t_re <= budget else 'MISSED'}"))
     if mode == "ray":
-        same = js.read_text() == (tmp / "scan-local.json").read_text() if (tmp / "scan-local.json").exists() else None
+        local = tmp / f"scan-{engines}-local.json"
+        same = js.read_text() == local.read_text() if local.exists() else None
         rows[0] = (*rows[0][:3], rows[0][3] + {True: "; findings identical to local", False: "; FINDINGS DIFFER",
                                                None: ""}[same])
         code = ("import time; t = time.perf_counter(); from hangforensics.fleet.ray_executor import ray_connection\n"
@@ -141,13 +149,49 @@ def fleet_scans(fleet: Path, fleet_mb: float, engines: int, mode: str, tmp: Path
     return rows
 
 
+FLEETS: list[dict] = []     # each full scan's figures, for the slope
+
+
+def _phases(db: Path) -> dict[str, float]:
+    """The first scan's phase seconds, as the scan recorded them."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        row = con.execute("SELECT ingest_s, analyze_s, report_s FROM scans ORDER BY scan_id LIMIT 1").fetchone()
+    finally:
+        con.close()
+    return dict(zip(("ingest_s", "analyze_s", "report_s"), (float(x or 0) for x in row), strict=True))
+
+
+def slope_rows() -> list[tuple]:
+    """How the scan grows with the fleet: seconds per extra engine between the smallest and the largest fleet
+    of one executor (a constant per-engine cost is a flat line; a cost per engine that grows with the fleet,
+    a query per engine over whole tables, is not)."""
+    rows = []
+    for mode in dict.fromkeys(f["mode"] for f in FLEETS):
+        runs = sorted((f for f in FLEETS if f["mode"] == mode), key=lambda f: f["engines"])
+        if len(runs) < 2:
+            continue
+        a, b = runs[0], runs[-1]
+        n = b["engines"] - a["engines"]
+        per = [f"{1000 * (b[k] - a[k]) / n:.1f} ms" for k in ("scan", "ingest_s", "analyze_s")]
+        mbs = ", ".join(f"{f['engines']}: {f['mb'] / f['scan']:.1f}" for f in runs)
+        rows.append((f"slope {a['engines']} -> {b['engines']} engines, --executor {mode}", 0.0, 0.0,
+                     f"per extra engine: scan {per[0]}, ingest {per[1]}, analysis {per[2]}; MB/s by fleet: {mbs}"))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="hangforensics benchmark")
     ap.add_argument("--sizes", default="200,400", help="MB sizes of the single-log ingest runs")
     ap.add_argument("--big-mb", type=int, default=0, help="also ingest a log of this many MB (peak RSS check)")
-    ap.add_argument("--engines", type=int, default=300, help="engines of the generated fleet (0: no fleet runs)")
-    ap.add_argument("--mb-per-engine", type=float, default=1.0)
-    ap.add_argument("--executors", default="local,ray", help="scan the fleet with each of these executors")
+    ap.add_argument("--fleets", default="100x1,1000x0.5,5000x0.2",
+                    help="generated fleets to scan, ENGINESxMB_PER_ENGINE, comma-separated ('' : none)")
+    ap.add_argument("--fleet-dir", action="append", default=[], type=Path,
+                    help="also scan this fleet folder (an engine per subfolder: real evidence of every kind)")
+    ap.add_argument("--executors", default="local", help="scan the first fleet with each of these executors "
+                    "(local, ray); the others with the first")
     ap.add_argument("--runs", type=int, default=3, help="paired grep / ingest runs per size (medians reported)")
     a = ap.parse_args()
     DATA.mkdir(exist_ok=True)
@@ -171,12 +215,22 @@ def main() -> None:
                          f"{real_mb / t:.1f} MB/s; grep -c batch {g:.2f} s ({ratio:.1f}x grep, median of "
                          f"{len(runs)} paired: {', '.join(f'{r[1] / r[0]:.1f}' for r in runs)}); "
                          f"largest process {largest:.0f} MB; all processes {pss:.0f} MB PSS; CPU {cpu:.1f} s"))
-        if a.engines > 0:           # --engines 0: the single-log runs only
-            fleet = ensure_fleet(a.engines, a.mb_per_engine)
+        fleets = [(int(e), float(m)) for e, m in (f.split("x") for f in a.fleets.split(",") if f)]
+        modes = a.executors.split(",")
+        for k, (engines, mb_each) in enumerate(fleets):
+            fleet = ensure_fleet(engines, mb_each)
             fleet_mb = sum(p.stat().st_size for p in fleet.rglob("*") if p.is_file()) / 1e6
-            for mode in a.executors.split(","):
-                rows += fleet_scans(fleet, fleet_mb, a.engines, mode, tmp)
-            db, out = tmp / f"fleet-{a.executors.split(',')[0]}.duckdb", tmp / f"out-{a.executors.split(',')[0]}"
+            for mode in (modes if k == 0 else modes[:1]):
+                rows += fleet_scans(fleet, fleet_mb, engines, mode, tmp)
+        for folder in a.fleet_dir:
+            engines = sum(1 for p in folder.iterdir() if p.is_dir())
+            fleet_mb = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
+            rows += fleet_scans(folder, fleet_mb, engines, modes[0], tmp)
+            FLEETS.pop()                  # not a generated fleet: no point of the slope
+        rows += slope_rows()
+        if fleets:
+            db = tmp / f"fleet-{fleets[0][0]}-{modes[0]}.duckdb"
+            out = tmp / f"out-{fleets[0][0]}-{modes[0]}"
             n_inc = len(list((out / "incidents").glob("*.html")))
             code = ("import sys,time;from hangforensics.store import Store;from hangforensics.report.html import render_incident;"
                     f"st=Store({str(db)!r});inc=st.query('SELECT * FROM incidents');t=time.perf_counter();"

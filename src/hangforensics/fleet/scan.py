@@ -111,6 +111,7 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
         engines = sorted({f.engine for f in files} | {r["engine"] for r in store.query(
             "SELECT DISTINCT engine FROM sources WHERE starts_with(abs_path, ?)", [prefix])})
         res = ingest_files(store, root, files, progress, jobs=jobs, vanish_engines=engines, executor=ex)
+        t_ingest = time.monotonic()
         from ..analysis import findings as findings_mod  # rules and models load only when something changed
         from ..analysis.summaries import incidents as incidents_mod
 
@@ -124,6 +125,7 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
             findings_mod.run_rules(store, engines=stale, show_payloads=show_payloads)
             with store.transaction():
                 incidents_mod.rebuild(store, stale, scan_id)
+        t_analyze = time.monotonic()
         found = findings_mod.stored_findings(store)
         doc = findings_mod.document(found, findings_mod.stored_summaries(store))
         incidents = store.query("SELECT * FROM incidents ORDER BY onset DESC NULLS LAST, engine")
@@ -151,9 +153,9 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
             _write(mode_file, mode + "\n")
         store.con.execute(
             "UPDATE scans SET finished_at = ?, files_read = ?, files_unchanged = ?, files_vanished = ?, "
-            "engines_changed = ?, bytes_read = ? WHERE scan_id = ?",
+            "engines_changed = ?, bytes_read = ?, ingest_s = ?, analyze_s = ?, report_s = ? WHERE scan_id = ?",
             [datetime.now(), res.files_read, res.files_skipped, res.files_vanished, len(stale), res.bytes_read,
-             scan_id])
+             t_ingest - t0, t_analyze - t_ingest, time.monotonic() - t_analyze, scan_id])
     if json_out is not None:
         _write(Path(json_out), json.dumps(doc, indent=2) + "\n")
     return ScanResult(scan_id, res, stale, incidents, doc, written, time.monotonic() - t0, index,

@@ -77,7 +77,7 @@ _BOTH_CLOCKS = """
 
 
 # A torch.distributed job's records that print no time (parsers/torch_jobs/torch_job.py).
-_TORCH_JOB_TIMELESS = "('c10d_error', 'rank_traceback')"
+TORCH_JOB_TIMELESS = "('c10d_error', 'rank_traceback')"
 
 
 def _align_table(store: Store, engine: str, table: str, file_col: str, only: str) -> None:
@@ -101,7 +101,7 @@ def align_envelope_times(store: Store, engine: str) -> int:
     its file (an estimate: it was printed at or after that).  Returns the number of rows dated."""
     count = ("SELECT (SELECT count(*) FROM t_http_requests WHERE engine = $1 AND ts IS NULL) + "
              "(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind = 'torch_nccl') + "
-             f"(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind IN {_TORCH_JOB_TIMELESS} "
+             f"(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind IN {TORCH_JOB_TIMELESS} "
              "AND collected_ts IS NOT NULL)")
     pending = store.scalar(count, [engine])
     if not pending:
@@ -110,7 +110,7 @@ def align_envelope_times(store: Store, engine: str) -> int:
     _align_table(store, engine, "t_events", "path", "h.kind = 'torch_nccl'")
     # a torch job's timeless error lines take their envelope's time only: the record before them says
     # little (a gloo timeout is printed its whole timeout after the job's last line)
-    _align_table(store, engine, "t_events", "path", f"h.kind IN {_TORCH_JOB_TIMELESS}")
+    _align_table(store, engine, "t_events", "path", f"h.kind IN {TORCH_JOB_TIMELESS}")
     _date_by_record_before(store, engine)
     return pending - store.scalar(count, [engine])
 

@@ -22,7 +22,7 @@ from ..store import Store
 from ..terminal_progress import ProgressBar
 from . import fork_server
 from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, with_result
-from .load import load_file
+from .load import LoadGroup, load_file
 from .plan import Plan
 from .worker import parse_to_ipc
 
@@ -118,7 +118,8 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
     ``counter.tasks`` (when given) counts the pieces handed to workers."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
     try:
-        with worker_pool(jobs, scanner=any(splittable(p) for p in work)) as pool:
+        # workers with the compiled scanner loaded (once, in the fork server) read logs of any size with it
+        with worker_pool(jobs, scanner=any(p.kind == "server_log" for p in work)) as pool:
             ranges = _Ranges(pool, tmp, window=jobs + 2)
             split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
             # the ranges' first lines, while the fork server loads (the first submit waits for it)
@@ -129,10 +130,20 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
                 ranges.fill()
             if counter is not None:
                 counter.tasks += len(whole) + len(ranges.todo)
-            # whole small files as they finish; the ranges of a split log in order
-            for fut in as_completed(whole):
-                manifest, outcome = fut.result()
-                yield whole[fut], load_file(store, whole[fut], _read_ipc(manifest, outcome))
+            # whole small files as they finish (several to a transaction); the ranges of a split log in order
+            group = LoadGroup(store)
+            try:
+                for fut in as_completed(whole):
+                    manifest, outcome = fut.result()
+                    p = whole[fut]
+                    if group.takes(p) and not outcome.status.startswith("error:"):
+                        yield p, group.load(p, _read_ipc(manifest, outcome))
+                        continue
+                    group.commit()
+                    yield p, load_file(store, p, _read_ipc(manifest, outcome))
+                group.commit()
+            finally:
+                group.rollback()
             for p, count in split:
                 yield p, load_file(store, p, join_ranges(_read_ipc(*f.result()) for f in ranges.take(count)))
     finally:

@@ -10,17 +10,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from ..errors import InputError
+from ..parsers.stacks.pyspy import CONTINUATION_TID
 from ..parsers.stacks.stackrows import ranks_from_pids
 from ..readers.layout import EvidenceFile, Workspace
 from ..store import Store
 from ..terminal_progress import ProgressBar
-from .clock import align_engine_clocks, align_envelope_times
+from .clock import TORCH_JOB_TIMELESS, align_engine_clocks, align_envelope_times
 from .collective_clock import align_flight_recorder
 from .fragments import join_parts, rank_snapshots
-from .jobs import FileOutcome, IngestResult
-from .load import apply_renames, bump_engine, forget_source, load_file, record_plan_only
+from .jobs import FileOutcome, IngestResult, with_result
+from .load import LoadGroup, apply_renames, bump_engine, forget_source, load_file, record_plan_only
 from .parallel import PARALLEL_MIN_BYTES, parse_in_pool, splittable
 from .parse import parse_file
 from .plan import Plan, plan_files
@@ -49,8 +51,34 @@ class LocalExecutor:
             with _loader_settings(store):
                 yield from parse_in_pool(store, work, self.jobs, prog, counter=self)
         else:
-            for p in work:
-                yield p, load_file(store, p, parse_file(p.job()))
+            group = LoadGroup(store)
+            try:
+                for p in work:
+                    whole = parsed_whole(p) if group.takes(p) else None
+                    if whole is not None:
+                        yield p, group.load(p, whole)
+                        continue
+                    group.commit()
+                    yield p, load_file(store, p, parse_file(p.job()))
+                group.commit()
+            finally:
+                group.rollback()
+
+
+def parsed_whole(p: Plan) -> Iterator[tuple[str, Any]] | None:
+    """A small file's batches, parsed here in full (for a ``LoadGroup``); None when reading it fails (it is
+    then loaded on its own, which records why)."""
+    result: list[FileOutcome] = []
+    try:
+        batches = list(with_result(parse_file(p.job()), result))
+    except InputError:
+        return None
+    return replay(batches, result[0] or FileOutcome())
+
+
+def replay(batches: list[tuple[str, Any]], outcome: FileOutcome) -> Iterator[tuple[str, Any]]:
+    yield from batches
+    return outcome
 
 
 # DuckDB's memory while parser processes run beside it (a file database: its blocks go to disk): measured on
@@ -90,6 +118,40 @@ def _loader_settings(store: Store) -> Iterator[None]:
             store.con.execute("SET max_vacuum_tasks = 0")
             store.con.execute("CHECKPOINT")
         store.con.execute(f"SET max_vacuum_tasks = {int(vacuum)}")
+
+
+# The per-engine passes after loading, in order, each with the query that finds (over all the changed engines
+# at once) the engines it has anything to do for: an engine of one plain log needs none of them, and a pass
+# run per engine costs some 5 ms of queries even when it finds nothing (a fleet of thousands of engines).
+# Each pass touches only its own engine's rows, so running one pass over every engine before the next is the
+# same as running every pass engine by engine.
+_AFTER_LOAD = [
+    # before ranks: moved threads take the first part's pid
+    (join_parts, f"""SELECT engine FROM t_stacks WHERE thread_id = '{CONTINUATION_TID}'
+                     AND fragment = 'continuation' AND pid IS NULL AND COALESCE(process_title, '') = ''
+                     UNION SELECT engine FROM stack_joins"""),
+    (ranks_from_pids, "SELECT engine FROM t_stacks WHERE rank = '' AND capture = 'standalone' AND pid IS NOT NULL"),
+    (rank_snapshots, "SELECT engine FROM process_samples WHERE rank IS NULL"),
+    (align_engine_clocks, """SELECT engine FROM sources WHERE kind = 'server_log' AND status = 'ok'
+                             GROUP BY engine HAVING count(DISTINCT COALESCE(node, chr(0))) >= 2"""),
+    (align_envelope_times, f"""SELECT engine FROM t_http_requests WHERE ts IS NULL
+                               UNION SELECT engine FROM t_events WHERE ts IS NULL AND (kind = 'torch_nccl'
+                                 OR kind IN {TORCH_JOB_TIMELESS} AND collected_ts IS NOT NULL)"""),
+    # after the logs: it aligns to their clock
+    (align_flight_recorder, "SELECT engine FROM sources WHERE kind = 'flight_recorder'"),
+]
+
+
+def after_load(store: Store, engines: list[str]) -> None:
+    """Join dump parts, map pids to ranks, align clocks: each pass for the engines it has work in."""
+    if not engines:
+        return
+    for step, needs in _AFTER_LOAD:
+        todo = {r[0] for r in store.con.execute(
+            f"SELECT DISTINCT engine FROM ({needs}) WHERE list_contains(?, engine)", [engines]).fetchall()}
+        for engine in engines:
+            if engine in todo:
+                step(store, engine)
 
 
 def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: ProgressBar | None = None,
@@ -155,13 +217,7 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
             if outcome.status.startswith("error"):
                 res.failed.append(f"{p.file.rel_path}: {outcome.status}")
     res.parse_tasks = executor.tasks
-    for engine in sorted(changed):
-        join_parts(store, engine)              # before ranks: moved threads take the first part's pid
-        ranks_from_pids(store, engine)
-        rank_snapshots(store, engine)
-        align_engine_clocks(store, engine)
-        align_envelope_times(store, engine)
-        align_flight_recorder(store, engine)          # after the logs: it aligns to their clock
+    after_load(store, sorted(changed))
     res.changed_engines = sorted(changed)
     prog.finish(f"{res.files_read} files read, {res.files_skipped} unchanged, {res.lines} lines")
     return res

@@ -7,7 +7,7 @@ docs/schema.md (generated from this file: ``python -m hangforensics.store > docs
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # How to bring an older database up to SCHEMA_VERSION: the statements that take version N to N + 1.
 # Writing commands apply them (in one transaction) when they open an older database; read-only
@@ -36,6 +36,8 @@ MIGRATIONS: dict[int, list[str]] = {
         ],
     # 5: a rank that never reached the collective its peers wait in, from stack dumps (desyncs.kind)
     4: ["ALTER TABLE desyncs ADD COLUMN IF NOT EXISTS kind VARCHAR"],
+    # 6: where a scan's time went (ingest, analysis, reports)
+    5: [f"ALTER TABLE scans ADD COLUMN IF NOT EXISTS {c} DOUBLE" for c in ("ingest_s", "analyze_s", "report_s")],
 }
 
 # Table DDL.  Columns named in interface.md §4 are the stable contract; the rest
@@ -220,7 +222,10 @@ TABLES: dict[str, str] = {
         files_unchanged INTEGER,        -- files skipped because unchanged
         files_vanished INTEGER,         -- files gone since the last scan
         engines_changed INTEGER,        -- engines with new data (re-analyzed)
-        bytes_read BIGINT               -- bytes read by this scan
+        bytes_read BIGINT,              -- bytes read by this scan
+        ingest_s DOUBLE,                -- seconds spent planning, parsing and loading files
+        analyze_s DOUBLE,               -- seconds spent on the changed engines' models, rules, summaries and incidents
+        report_s DOUBLE                 -- seconds spent writing the findings document's rows and the HTML reports
     """,
     "engine_state": """
         engine VARCHAR PRIMARY KEY,     -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
