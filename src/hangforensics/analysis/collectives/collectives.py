@@ -41,10 +41,7 @@ WHY = {
 
 def rebuild(store: Store, engines: list[str]) -> None:
     store.con.execute("DELETE FROM collective_verdicts WHERE list_contains(?, engine)", [engines])
-    out: list[dict[str, Any]] = []
-    for engine in engines:
-        out.extend(judge_engine(store, engine))
-    store.append("collective_verdicts", out)
+    store.append("collective_verdicts", judge_engines(store, engines))
 
 
 class EngineContext:
@@ -55,16 +52,31 @@ class EngineContext:
 
     @classmethod
     def of(cls, store: Store, engine: str) -> EngineContext:
-        labels = [r["rank"] for r in store.query(
-            "SELECT DISTINCT rank FROM batches WHERE engine = ? UNION SELECT DISTINCT rank FROM events "
-            "WHERE engine = ? AND rank <> '' AND rank NOT LIKE 'rank%' AND kind NOT LIKE 'vllm%'",
-            [engine, engine]) if r["rank"]]
-        f = store.query("SELECT tp_size, dp_size, enable_dp_attention FROM engine_facts WHERE engine = ?", [engine])
-        pp = store.scalar("SELECT max(TRY_CAST(json_extract_string(attrs, '$.pp_size') AS INTEGER)) FROM events "
-                          "WHERE engine = ? AND kind = 'server_args'", [engine]) or 1
-        tp = f[0]["tp_size"] if f else None
-        world = tp * pp if tp else None
-        return cls(labels, world, bool(tp) and pp == 1)
+        return cls.of_many(store, [engine])[engine]
+
+    @classmethod
+    def of_many(cls, store: Store, engines: list[str]) -> dict[str, EngineContext]:
+        """The context of each of ``engines``: three queries whatever their number."""
+        labels: dict[str, list[str]] = {e: [] for e in engines}
+        if not engines:
+            return {}
+        for r in store.query(
+                "SELECT DISTINCT engine, rank FROM batches WHERE list_contains($e, engine) UNION "
+                "SELECT DISTINCT engine, rank FROM events WHERE list_contains($e, engine) AND rank <> '' "
+                "AND rank NOT LIKE 'rank%' AND kind NOT LIKE 'vllm%'", {"e": engines}):
+            if r["rank"]:
+                labels[r["engine"]].append(r["rank"])
+        tp: dict[str, Any] = {}
+        for r in store.query("SELECT engine, tp_size FROM engine_facts WHERE list_contains(?, engine)", [engines]):
+            tp.setdefault(r["engine"], r["tp_size"])          # the first row, as a per-engine f[0] took
+        pp = {r["engine"]: r["pp"] for r in store.query(
+            "SELECT engine, max(TRY_CAST(json_extract_string(attrs, '$.pp_size') AS INTEGER)) AS pp FROM events "
+            "WHERE list_contains(?, engine) AND kind = 'server_args' GROUP BY engine", [engines])}
+        out = {}
+        for e in engines:
+            t, p = tp.get(e), pp.get(e) or 1
+            out[e] = cls(labels[e], t * p if t else None, bool(t) and p == 1)
+        return out
 
     def label(self, rank: int) -> str:
         if self.pure_tp and self.world and rank < self.world:
@@ -74,32 +86,81 @@ class EngineContext:
 
 def judge_engine(store: Store, engine: str) -> list[dict[str, Any]]:
     """The ``collective_verdicts`` rows of one engine."""
-    view = store.query("SELECT * FROM collectives WHERE engine = ? ORDER BY source, pg, rank, seq", [engine])
-    if not view:
-        return _unranked_dead(store, engine)
-    ctx = EngineContext.of(store, engine)
+    return judge_engines(store, [engine])
+
+
+def judge_engines(store: Store, engines: list[str]) -> list[dict[str, Any]]:
+    """The ``collective_verdicts`` rows of ``engines``, in their order: the store is read by a fixed number
+    of queries over all of them, then each engine is judged from its own rows."""
+    if not engines:
+        return []
+    views: dict[str, list[dict]] = defaultdict(list)
+    for r in _one_thread(store, "SELECT * FROM collectives WHERE list_contains(?, engine) "
+                                "ORDER BY engine, source, pg, rank, seq", [engines]):
+        views[r["engine"]].append(r)
+    dead = _unranked_dead_facts(store, engines)
+    judged = [e for e in dict.fromkeys(engines) if views.get(e)]
+    ctxs = EngineContext.of_many(store, judged)
+    # per engine its Flight Recorder dumps (paths) and the clock their times are on
+    fr = {r["engine"]: r for r in (store.query(
+        "SELECT engine, list(path) AS paths, max(clock_offset_s) AS off, max(note) AS note FROM sources "
+        "WHERE list_contains(?, engine) AND kind = 'flight_recorder' GROUP BY engine", [judged]) if judged else [])}
+    out: list[dict[str, Any]] = []
+    for engine in engines:
+        view = views.get(engine)
+        if not view:
+            out.extend(_unranked_dead(engine, dead.get(engine, [])))
+            continue
+        out.extend(_judge(engine, view, ctxs[engine], fr.get(engine), dead.get(engine, [])))
+    return out
+
+
+def _one_thread(store: Store, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    """``sql``'s rows computed on one thread.  The view takes each torch timeout's path and line by
+    arg_min(…, ts): between records of the same time (one line copied into two files) it keeps the one
+    that arrives first, which on one thread is the storage order (as the per-engine query had it); on
+    several threads over every engine's rows it would be whichever thread finishes first."""
+    threads = store.scalar("SELECT current_setting('threads')")
+    store.con.execute("SET threads = 1")
+    try:
+        return store.query(sql, params)
+    finally:
+        store.con.execute(f"SET threads = {int(threads)}")
+
+
+def _judge(engine: str, view: list[dict], ctx: EngineContext, fr: dict | None,
+           dead: list[dict]) -> list[dict[str, Any]]:
+    """One engine's verdicts from its view rows (ordered by source, pg, rank, seq) and prefetched facts."""
     rows, where = _matcher_rows([r for r in view if r["source"] != "desync_report"])
     # a rank whose dump exists is not missing, even when nothing of a group is left in it (or it was refused)
-    dumps = store.query("SELECT path FROM sources WHERE engine = ? AND kind = 'flight_recorder'", [engine])
-    reporters = {"flight_recorder": [r for d in dumps if (r := rank_from_filename(d["path"])) is not None]}
+    dumps = fr["paths"] if fr else []
+    reporters = {"flight_recorder": [r for d in dumps if (r := rank_from_filename(d)) is not None]}
     verdicts = compare_process_groups(rows, reporters, _torch_members(rows, ctx))
-    clock = _fr_clock(store, engine) if any(r.source == "flight_recorder" for r in rows) else ""
+    clock = _fr_clock(fr) if any(r.source == "flight_recorder" for r in rows) else ""
     out = _verdict_rows(engine, verdicts, where, ctx, clock)
     reports = tie_reports([r for r in view if r["source"] == "desync_report"],
                           [r for r in view if r["source"] == "torch_nccl"])
     out = attach_reports(out, reports, ctx.label)
     if not any(v["source"] == "nccl_ras" and v["verdict"] == "absent" for v in out):
-        out += _unranked_dead(store, engine)          # a named absent rank says more than an unnamed process
+        out += _unranked_dead(engine, dead)          # a named absent rank says more than an unnamed process
     return out
 
 
-def _unranked_dead(store: Store, engine: str) -> list[dict[str, Any]]:
+def _unranked_dead_facts(store: Store, engines: list[str]) -> dict[str, list[dict]]:
+    """Per engine, the NCCL RAS lines on dead, unresponsive or missing processes that name no rank."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for f in store.query("SELECT engine, path, line, message, json_extract_string(attrs, '$.relation') AS rel, "
+                         "json_extract_string(attrs, '$.reason') AS reason FROM events "
+                         "WHERE list_contains(?, engine) AND kind = 'nccl_ras' AND rank = '' "
+                         "AND json_extract_string(attrs, '$.relation') IN ('dead', 'unresponsive', 'missing') "
+                         "ORDER BY engine, line", [engines]):
+        out[f["engine"]].append(f)
+    return out
+
+
+def _unranked_dead(engine: str, facts: list[dict]) -> list[dict[str, Any]]:
     """Processes NCCL RAS reports dead or unresponsive whose rank nothing in the report gives: still a
     fact (ranks [] names the whole group as suspect scope), with host, pid and GPU in the detail."""
-    facts = store.query("SELECT path, line, message, json_extract_string(attrs, '$.relation') AS rel, "
-                        "json_extract_string(attrs, '$.reason') AS reason FROM events WHERE engine = ? "
-                        "AND kind = 'nccl_ras' AND rank = '' AND json_extract_string(attrs, '$.relation') "
-                        "IN ('dead', 'unresponsive', 'missing') ORDER BY line", [engine])
     if not facts:
         return []
     said = "; ".join(f["reason"] or f["message"] for f in facts)
@@ -199,12 +260,11 @@ def _torch_members(rows: list[CollectiveRow], ctx: EngineContext) -> dict[tuple[
     return {k: range(ctx.world) for k, rs in ranks.items() if rs and max(rs) < ctx.world}
 
 
-def _fr_clock(store: Store, engine: str) -> str:
-    """One sentence on the clock the Flight Recorder times are on (ingest/collective_clock.py set it)."""
-    rows = store.query("SELECT max(clock_offset_s) AS off, max(note) AS note FROM sources "
-                       "WHERE engine = ? AND kind = 'flight_recorder'", [engine])
-    off = rows[0]["off"] if rows else None
-    note = next((n for n in (rows[0]["note"] or "").split("; ") if n.startswith("times ")), "") if rows else ""
+def _fr_clock(row: dict | None) -> str:
+    """One sentence on the clock the Flight Recorder times are on (ingest/collective_clock.py set it), from
+    the engine's max(clock_offset_s) and max(note) over its Flight Recorder sources (None: no such source)."""
+    off = row["off"] if row else None
+    note = next((n for n in ((row or {}).get("note") or "").split("; ") if n.startswith("times ")), "")
     if off:
         return f" Flight Recorder {note or f'times aligned to the log clock by {off:+.0f} s'}."
     return " Flight Recorder times are UTC as the dumps record them (epoch ns); no log line of this engine " \
@@ -311,4 +371,4 @@ def _evidence(v: Verdict, where: dict[tuple, list[dict]]) -> list[dict[str, Any]
     return [e for e in ev if e is not None][:12]
 
 
-__all__ = ["bare_pg", "group_label", "judge_engine", "rebuild"]
+__all__ = ["bare_pg", "group_label", "judge_engine", "judge_engines", "rebuild"]

@@ -10,11 +10,12 @@ scans (engine and onset), so a nightly scan can say which incidents are new.
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
 from ...store import Store
-from ..progress.segments import segment_of, segments_of
+from ..progress.segments import SAME_START_S, Segment, segment_of
 from ..rules import SEVERITY_RANK
 
 
@@ -24,11 +25,51 @@ def incident_id(engine: str, onset: datetime | None, segment: int) -> str:
 
 
 def build(store: Store, engine: str, scan_id: int) -> list[dict[str, Any]]:
-    segs = segments_of(store, engine)
-    findings = store.query("SELECT * FROM findings WHERE engine = ? ORDER BY ts NULLS LAST", [engine])
+    """The incidents of one engine (as stored before this scan, for first_seen_scan)."""
+    return build_many(store, [engine], scan_id)[engine]
+
+
+def build_many(store: Store, engines: list[str], scan_id: int) -> dict[str, list[dict[str, Any]]]:
+    """The incidents of each of ``engines``: four queries whatever their number, then each engine's
+    grouping over its own rows."""
+    if not engines:
+        return {}
+    starts: dict[str, list[datetime]] = defaultdict(list)
+    for r in store.query("SELECT engine, ts FROM events WHERE list_contains(?, engine) "
+                         "AND kind IN ('server_args', 'vllm_start') AND ts IS NOT NULL ORDER BY engine, ts", [engines]):
+        starts[r["engine"]].append(r["ts"])
+    # finding_id breaks ties of ts as the storage order did when each engine was read on its own
+    findings: dict[str, list[dict]] = defaultdict(list)
+    for r in store.query("SELECT * FROM findings WHERE list_contains(?, engine) "
+                         "ORDER BY engine, ts NULLS LAST, finding_id", [engines]):
+        findings[r["engine"]].append(r)
+    stalls: dict[str, dict[int, dict]] = defaultdict(dict)
+    for r in store.query("SELECT * FROM stalls WHERE list_contains(?, engine)", [engines]):
+        stalls[r["engine"]][r["segment"]] = r
+    known: dict[str, dict[str, dict]] = defaultdict(dict)
+    for r in store.query("SELECT engine, incident_id, first_seen_scan FROM incidents "
+                         "WHERE list_contains(?, engine)", [engines]):
+        known[r["engine"]][r["incident_id"]] = r
+    return {e: _build(e, _segments(e, starts.get(e, [])), findings.get(e, []), stalls.get(e, {}),
+                      known.get(e, {}), scan_id) for e in engines}
+
+
+def _segments(engine: str, starts: list[datetime]) -> list[Segment]:
+    """segments_of's runs from the engine's start times (sorted), read for every engine at once."""
+    bounds: list[datetime] = []
+    for t in starts:
+        if not bounds or (t - bounds[-1]).total_seconds() > SAME_START_S:
+            bounds.append(t)
+    if not bounds:
+        return [Segment(engine, 0, None, None)]
+    return [Segment(engine, i, None if i == 0 else t, bounds[i + 1] if i + 1 < len(bounds) else None)
+            for i, t in enumerate(bounds)]
+
+
+def _build(engine: str, segs: list[Segment], findings: list[dict], stalls: dict[int, dict],
+           known: dict[str, dict], scan_id: int) -> list[dict[str, Any]]:
     if not findings:
         return []
-    stalls = {r["segment"]: r for r in store.query("SELECT * FROM stalls WHERE engine = ?", [engine])}
     groups: dict[int, list[dict]] = {}
     for f in findings:
         seg = segment_of(segs, f["ts"])
@@ -36,8 +77,6 @@ def build(store: Store, engine: str, scan_id: int) -> list[dict[str, Any]]:
         if f["ts"] is None and stalls:
             seg = max(stalls)
         groups.setdefault(seg, []).append(f)
-    known = {r["incident_id"]: r for r in store.query(
-        "SELECT incident_id, first_seen_scan FROM incidents WHERE engine = ?", [engine])}
     out = []
     for seg, fs in sorted(groups.items()):
         stall = stalls.get(seg)
@@ -73,10 +112,9 @@ def build(store: Store, engine: str, scan_id: int) -> list[dict[str, Any]]:
 
 def rebuild(store: Store, engines: list[str], scan_id: int) -> list[dict[str, Any]]:
     """Recompute the incidents of ``engines``; incidents keep the scan that first saw them."""
-    rows = []
-    for e in engines:
-        new = build(store, e, scan_id)
-        store.con.execute("DELETE FROM incidents WHERE engine = ?", [e])
-        store.append("incidents", new)
-        rows += new
-    return rows
+    unique = list(dict.fromkeys(engines))
+    built = build_many(store, unique, scan_id)           # reads the stored incidents before they go
+    if unique:
+        store.con.execute("DELETE FROM incidents WHERE list_contains(?, engine)", [unique])
+    store.append("incidents", [r for e in unique for r in built[e]])
+    return [r for e in engines for r in built[e]]       # an engine listed twice was built twice, alike
