@@ -34,7 +34,10 @@ Adding a signature is adding a file.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +47,8 @@ from ...errors import RuleError
 from ...ranks import rank_numbers
 from ...store import Store
 from ..rules import rules_dir
-from .snapshots import snapshot_status
-from .stackclasses import PER_ITERATION_SITES, captures, compact_ranks, main_stacks, path_of
+from .snapshots import snapshot_status_of
+from .stackclasses import PER_ITERATION_SITES, captures, compact_ranks, main_stacks_of, path_of
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,14 @@ def load_signatures(directory: Path | None = None) -> list[Signature]:
     return out
 
 
-def _frame_hits(frames: list[dict], patterns: list[re.Pattern]) -> list[str]:
-    return [f["function"] for f in frames if any(p.search(f["function"]) for p in patterns)]
+def _frame_hits(frames: list[dict], patterns: tuple[str, ...]) -> list[str]:
+    return [f["function"] for f in frames if _frame_matches(patterns, f["function"])]
+
+
+@lru_cache(maxsize=1 << 16)
+def _frame_matches(patterns: tuple[str, ...], function: str) -> bool:
+    """Whether any of a signature's frame regexes is found in ``function`` (names repeat across ranks)."""
+    return any(re.search(p, function) for p in patterns)
 
 
 @dataclass
@@ -103,6 +112,8 @@ class EngineEvidence:
     colls: dict
     proc: dict = field(default_factory=dict)     # dump_id -> snapshot status (snapshot_facts)
     framework: str = "sglang"                     # vllm when its log or its stacks are vLLM's
+    gpu: tuple[float, int] | None = None          # mean GPU utilisation while stalled, samples (none: no samples)
+    logs: dict[str, list[dict]] | None = None     # signature id -> its log matches (None: read when evaluated)
 
     def blocked(self, s: Any) -> bool:
         """A rank stuck where its dump shows it: by the capture's /proc facts when there are any."""
@@ -115,16 +126,51 @@ class EngineEvidence:
 
 
 def engine_evidence(store: Store, engine: str) -> EngineEvidence:
-    stalled = bool(store.scalar("SELECT count(*) FROM stalls WHERE engine = ?", [engine]))
-    caps = captures(main_stacks(store, engine))
-    desync = {r["capture"] for r in store.query("SELECT capture FROM desyncs WHERE engine = ? AND kind IS DISTINCT FROM 'absent'", [engine])}
-    colls = {(r["capture"], r["rank"]): r for r in store.query(
-        "SELECT capture, rank, collective FROM rank_collectives WHERE engine = ?", [engine])} if caps else {}
-    vllm = store.scalar(
-        "SELECT EXISTS (SELECT 1 FROM events WHERE engine = $1 AND kind LIKE 'vllm%') OR EXISTS (SELECT 1 FROM frames f "
-        "JOIN stacks s USING (dump_id, thread_id) WHERE s.engine = $1 AND f.file LIKE '%/vllm/%')", [engine])
-    return EngineEvidence(stalled, caps, desync, colls, snapshot_status(store, engine) if caps else {},
-                          "vllm" if vllm else "sglang")
+    return engines_evidence(store, [engine])[engine]
+
+
+def engines_evidence(store: Store, engines: list[str]) -> dict[str, EngineEvidence]:
+    """:func:`engine_evidence` of every engine of ``engines``, each table read once for them all."""
+    def engine_set(sql: str) -> set[str]:
+        return {r["engine"] for r in store.query(sql, [engines])}
+
+    stalled = engine_set("SELECT DISTINCT engine FROM stalls WHERE list_contains(?, engine)")
+    stacks = main_stacks_of(store, engines)
+    desync: dict[str, set[int]] = defaultdict(set)
+    for r in store.query("SELECT engine, capture FROM desyncs WHERE list_contains(?, engine) "
+                         "AND kind IS DISTINCT FROM 'absent'", [engines]):
+        desync[r["engine"]].add(r["capture"])
+    colls: dict[str, dict] = defaultdict(dict)
+    for r in store.query("SELECT engine, capture, rank, collective FROM rank_collectives "
+                         "WHERE list_contains(?, engine)", [engines]):
+        colls[r.pop("engine")][(r["capture"], r["rank"])] = r
+    vllm = engine_set(
+        "SELECT DISTINCT engine FROM events WHERE list_contains($1, engine) AND kind LIKE 'vllm%' UNION "
+        "SELECT DISTINCT s.engine FROM frames f JOIN stacks s USING (dump_id, thread_id) "
+        "WHERE list_contains($1, s.engine) AND f.file LIKE '%/vllm/%'")
+    proc = snapshot_status_of(store, engines)
+    gpu = _gpu_during_stall(store, engines)
+    out = {}
+    for e in engines:
+        caps = captures(stacks.get(e, []))
+        out[e] = EngineEvidence(e in stalled, caps, desync.get(e, set()), colls.get(e, {}) if caps else {},
+                                proc.get(e, {}) if caps else {}, "vllm" if e in vllm else "sglang", gpu.get(e))
+    return out
+
+
+def _log_rows(store: Store, engines: list[str], sig: Signature) -> dict[str, list[dict]]:
+    """engine -> the events ``sig``'s log regexes match, by time then line (ties in the order read)."""
+    kinds = sig.match.get("log_kinds")
+    rx = "|".join(f"(?:{x})" for x in sig.match["log"])
+    out: dict[str, list[dict]] = {}
+    for r in store.query(
+            "SELECT engine, ts, rank, path, line, message FROM events WHERE list_contains(?, engine) "
+            "AND regexp_matches(message, ?)" + (" AND list_contains(?, kind)" if kinds else ""),
+            [engines, rx, kinds] if kinds else [engines, rx]):
+        out.setdefault(r.pop("engine"), []).append(r)
+    for rows in out.values():        # ORDER BY ts, line: NULLs last
+        rows.sort(key=lambda r: (r["ts"] is None, r["ts"] or datetime.min, r["line"] is None, r["line"] or 0))
+    return out
 
 
 def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | None = None) -> list[dict[str, Any]]:
@@ -133,12 +179,8 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
     stalled = ev.stalled
     log_rows: list[dict] = []
     if m.get("log"):
-        kinds = m.get("log_kinds")
-        rx = "|".join(f"(?:{x})" for x in m["log"])
-        log_rows = store.query(
-            "SELECT ts, rank, path, line, message FROM events WHERE engine = ? AND regexp_matches(message, ?)"
-            + (" AND list_contains(?, kind)" if kinds else "") + " ORDER BY ts, line",
-            [engine, rx, kinds] if kinds else [engine, rx])
+        log_rows = (ev.logs.get(sig.id, []) if ev.logs is not None
+                    else _log_rows(store, [engine], sig).get(engine, []))
     out: list[dict[str, Any]] = []
     if not m.get("frames"):
         if log_rows:
@@ -147,7 +189,7 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
                             f"{len(log_rows)} log line(s) match: {log_rows[0]['message'][:300]}",
                             [{"file": r["path"], "line": r["line"]} for r in log_rows[:8]]))
         return out
-    patterns = [re.compile(x) for x in m["frames"]]
+    patterns = tuple(m["frames"])
     desync_caps, colls = ev.desync_caps, ev.colls
     if m.get("framework", ev.framework) != ev.framework:
         return out
@@ -190,7 +232,7 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
         if any(s.hand for s in matched):
             detail += " (in stacks a person summarised by hand, not a capture)"
         detail += f". {sig.description} Remediation: {sig.remediation}"
-        gpu = _gpu_during_stall(store, engine)
+        gpu = ev.gpu
         if gpu is not None:
             mean, n_samples = gpu
             if mean > m.get("gpu_util_max", 101.0) or mean < m.get("gpu_util_min", -1.0):
@@ -224,12 +266,13 @@ def _one_sided(cap: list, matched: list, colls: dict, ci: int) -> tuple[list, li
     return inside, peers
 
 
-def _gpu_during_stall(store: Store, engine: str) -> tuple[float, int] | None:
-    """Mean GPU utilisation between stall onset and the end of the evidence, when samples exist."""
-    row = store.query(
-        "SELECT avg(g.util_pct) AS mean, count(*) AS n FROM gpu_samples g JOIN stalls s ON s.engine = g.engine "
-        "AND g.ts > s.onset AND g.ts <= s.evidence_end WHERE g.engine = ?", [engine])[0]
-    return (row["mean"], row["n"]) if row["n"] else None
+def _gpu_during_stall(store: Store, engines: list[str]) -> dict[str, tuple[float, int]]:
+    """engine -> mean GPU utilisation between stall onset and the end of the evidence, and the sample
+    count (engines without samples are missing)."""
+    return {r["engine"]: (r["mean"], r["n"]) for r in store.query(
+        "SELECT g.engine, avg(g.util_pct) AS mean, count(*) AS n FROM gpu_samples g JOIN stalls s "
+        "ON s.engine = g.engine AND g.ts > s.onset AND g.ts <= s.evidence_end "
+        "WHERE list_contains(?, g.engine) GROUP BY g.engine", [engines]) if r["n"]}
 
 
 def _row(engine: str, sig: Signature, ts, ranks: list[str], detail: str, evidence: list[dict]) -> dict[str, Any]:
@@ -240,12 +283,16 @@ def _row(engine: str, sig: Signature, ts, ranks: list[str], detail: str, evidenc
 def rebuild(store: Store, engines: list[str]) -> None:
     sigs = load_signatures()
     store.con.execute("DELETE FROM signature_matches WHERE list_contains(?, engine)", [engines])
-    with_stacks = {r["engine"] for r in store.query(
-        "SELECT DISTINCT engine FROM stacks WHERE list_contains(?, engine)", [engines])}
-    # log-only signatures first, for every engine in one query each; stack signatures where stacks exist
+    with_stacks = sorted({r["engine"] for r in store.query(
+        "SELECT DISTINCT engine FROM stacks WHERE list_contains(?, engine)", [engines])})
+    # every signature's log matches of every engine, one query each
+    logs = {sig.id: _log_rows(store, engines, sig) for sig in sigs if sig.match.get("log")}
+    # stack signatures where stacks exist, then log-only ones
     rows: list[dict[str, Any]] = []
-    for e in sorted(with_stacks):
-        ev = engine_evidence(store, e)
+    evidence = engines_evidence(store, with_stacks)
+    for e in with_stacks:
+        ev = evidence[e]
+        ev.logs = {sid: by_engine.get(e, []) for sid, by_engine in logs.items()}
         rows += [r for sig in sigs if sig.match.get("frames") for r in evaluate(store, e, sig, ev)]
     for sig in sigs:
         if sig.match.get("per_collective"):
@@ -255,16 +302,11 @@ def rebuild(store: Store, engines: list[str]) -> None:
             continue
         if not sig.match.get("log"):
             continue
-        kinds = sig.match.get("log_kinds")
-        rx = "|".join(f"(?:{x})" for x in sig.match["log"])
-        hits = store.query(
-            "SELECT DISTINCT engine FROM events WHERE list_contains(?, engine) AND regexp_matches(message, ?)"
-            + (" AND list_contains(?, kind)" if kinds else ""), [engines, rx, kinds] if kinds else [engines, rx])
-        for h in hits:
-            if sig.match.get("frames") and any(r["engine"] == h["engine"] and r["signature"] == sig.id for r in rows):
+        for e, log_rows in logs[sig.id].items():
+            if sig.match.get("frames") and any(r["engine"] == e and r["signature"] == sig.id for r in rows):
                 continue
             log_only = Signature(**{**sig.__dict__, "match": {k: v for k, v in sig.match.items() if k != "frames"}})
-            rows += evaluate(store, h["engine"], log_only, EngineEvidence(False, [], set(), {}))
+            rows += evaluate(store, e, log_only, EngineEvidence(False, [], set(), {}, logs={sig.id: log_rows}))
     store.append("signature_matches", rows)
 
 

@@ -84,11 +84,6 @@ def facts_in_words(rows: list[dict[str, Any]]) -> list[str]:
 
 # -- desyncs only repeated snapshots can show ---------------------------------------------------------
 
-def _capture_index(store: Store, engine: str, dump_ids: list[str]) -> int | None:
-    return store.scalar("SELECT max(capture) FROM rank_collectives WHERE engine = ? AND list_contains(?, dump_id)",
-                        [engine, dump_ids])
-
-
 def _absent(series: list[RankSeries], waiters: set[str], rounds: set[int]) -> dict[str, list]:
     """Ranks with two or more dumps in the rounds the waiters waited through, none in a per-iteration collective."""
     out = {}
@@ -103,46 +98,95 @@ def _absent(series: list[RankSeries], waiters: set[str], rounds: set[int]) -> di
 
 def round_desyncs(store: Store, engine: str, rows: list[dict[str, Any]], series: list[RankSeries]) -> None:
     """Per capture: ranks stuck in the per-iteration broadcast while another rank never came back to it."""
-    by_capture: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        by_capture[r["capture_id"]].append(r)
-    for cid, crows in by_capture.items():
-        waiting = [r for r in crows if r["status"] == "stuck" and r["unchanged"] >= 2
-                   and per_iteration(r["collective"], r["call_site"])]
-        if not waiting:
-            continue
-        (coll, site), _ = Counter((r["collective"], r["call_site"]) for r in waiting).most_common(1)[0]
-        waiting = [r for r in waiting if (r["collective"], r["call_site"]) == (coll, site)]
-        since = min(r["since"] for r in waiting)
-        rounds = set.intersection(*(set(r["rounds"]) for r in waiting))     # rounds every waiter sat through
-        absent = _absent([s for s in series if s.capture_id == cid], {r["rank"] for r in waiting}, rounds)
-        if not absent:
-            continue
-        odd = sorted(absent, key=rank_key)
-        w_label, o_label = compact_ranks([r["rank"] for r in waiting]), compact_ranks(odd)
-        n = min(r["unchanged"] for r in waiting)
-        idx = _capture_index(store, engine, [r["dump_id"] for r in crows if r["dump_id"]])
-        existing = idx is not None and store.scalar(
-            "SELECT count(*) FROM desyncs WHERE engine = ? AND capture = ? AND kind IS DISTINCT FROM 'absent'", [engine, idx])
-        if existing:
+    found = RoundDesyncs.read(store, [engine])
+    found.judge(engine, rows, series)
+    found.write(store)
+
+
+class RoundDesyncs:
+    """The desyncs repeated snapshots show, judged for many engines over what the store holds, read once:
+    each engine's rank_collectives (a capture bundle's dumps -> the rank classes' capture index) and the
+    desyncs the rank classes found.  A confirmation appends its words to every desync row of that capture,
+    as an UPDATE would, to the rows stored and to the ones found before it here; :meth:`write` stores both."""
+
+    def __init__(self, captures: dict[str, list[tuple[int, str]]], existing: Counter) -> None:
+        self.captures = captures            # engine -> (capture, dump_id) of rank_collectives
+        self.existing = existing            # (engine, capture) -> stored desyncs of a kind other than absent
+        self.suffixes: dict[tuple[str, int], str] = {}     # words appended to the stored rows
+        self.added: list[dict[str, Any]] = []
+
+    @classmethod
+    def read(cls, store: Store, engines: list[str]) -> RoundDesyncs:
+        captures: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        existing: Counter = Counter()
+        if engines:
+            for r in store.query("SELECT engine, capture, dump_id FROM rank_collectives "
+                                 "WHERE list_contains(?, engine) AND dump_id IS NOT NULL", [engines]):
+                captures[r["engine"]].append((r["capture"], r["dump_id"]))
+            for r in store.query("SELECT engine, capture, count(*) AS n FROM desyncs WHERE list_contains(?, engine) "
+                                 "AND kind IS DISTINCT FROM 'absent' GROUP BY ALL", [engines]):
+                existing[(r["engine"], r["capture"])] = r["n"]
+        return cls(captures, existing)
+
+    def _capture_index(self, engine: str, dump_ids: list[str]) -> int | None:
+        wanted = set(dump_ids)
+        return max((c for c, d in self.captures.get(engine, []) if d in wanted), default=None)
+
+    def judge(self, engine: str, rows: list[dict[str, Any]], series: list[RankSeries]) -> None:
+        """Per capture of ``engine``: ranks stuck in the per-iteration broadcast while another rank never
+        came back to it."""
+        by_capture: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in rows:
+            by_capture[r["capture_id"]].append(r)
+        for cid, crows in by_capture.items():
+            waiting = [r for r in crows if r["status"] == "stuck" and r["unchanged"] >= 2
+                       and per_iteration(r["collective"], r["call_site"])]
+            if not waiting:
+                continue
+            (coll, site), _ = Counter((r["collective"], r["call_site"]) for r in waiting).most_common(1)[0]
+            waiting = [r for r in waiting if (r["collective"], r["call_site"]) == (coll, site)]
+            since = min(r["since"] for r in waiting)
+            rounds = set.intersection(*(set(r["rounds"]) for r in waiting))     # rounds every waiter sat through
+            absent = _absent([s for s in series if s.capture_id == cid], {r["rank"] for r in waiting}, rounds)
+            if not absent:
+                continue
+            odd = sorted(absent, key=rank_key)
+            w_label, o_label = compact_ranks([r["rank"] for r in waiting]), compact_ranks(odd)
+            n = min(r["unchanged"] for r in waiting)
+            idx = self._capture_index(engine, [r["dump_id"] for r in crows if r["dump_id"]])
+            if idx is not None and (self.existing[(engine, idx)]
+                                    or any(a["engine"] == engine and a["capture"] == idx for a in self.added)):
+                words = (f" Repeated snapshots confirm it: {w_label} stayed in {coll} from {site}, unchanged across "
+                         f"{n} snapshots since {_hms(since)}, and {o_label} never came back to it.")
+                self.suffixes[(engine, idx)] = self.suffixes.get((engine, idx), "") + words
+                for a in self.added:
+                    if a["engine"] == engine and a["capture"] == idx:
+                        a["detail"] += words
+                continue
+            where = sorted({path_of(st)[-1] for sts in absent.values() for st in sts if path_of(st)})
+            wchans = sorted({r["wchan"] for r in waiting if r["wchan"]})
+            detail = (
+                f"{o_label} never came back to the per-iteration {coll} (from {site}): in every snapshot while the "
+                f"others waited it was in {' / '.join(where) or 'no collective'}, while {w_label} stayed blocked in "
+                f"that {coll}, unchanged across {n} snapshots since {_hms(since)}"
+                + (f" ({', '.join(wchans)}, CPU time flat)" if wchans else "")
+                + f". They wait for an iteration {o_label} never starts: the ranks are out of step. One snapshot "
+                  "could not tell this from a starving idle loop; repeated ones can. Collectives have no recovery "
+                  "once ranks diverge: the group must be restarted.")
+            evidence = [{"file": st.path, "line": st.line} for r in odd for st in absent[r][-2:]]
+            evidence += [e for r in waiting[:2] for e in r["evidence"][:2]]
+            self.added.append({
+                "engine": engine, "capture": idx if idx is not None else 0, "ts": since, "odd_ranks": odd,
+                "majority_ranks": sorted((r["rank"] for r in waiting), key=rank_key), "detail": detail,
+                "evidence": evidence})
+
+    def write(self, store: Store) -> None:
+        """Confirmations first (to the stored rows only), then the desyncs found here."""
+        if self.suffixes:
+            keys = list(self.suffixes)
             store.con.execute(
-                "UPDATE desyncs SET detail = detail || ? WHERE engine = ? AND capture = ?",
-                [f" Repeated snapshots confirm it: {w_label} stayed in {coll} from {site}, unchanged across {n} "
-                 f"snapshots since {_hms(since)}, and {o_label} never came back to it.", engine, idx])
-            continue
-        where = sorted({path_of(st)[-1] for sts in absent.values() for st in sts if path_of(st)})
-        wchans = sorted({r["wchan"] for r in waiting if r["wchan"]})
-        detail = (
-            f"{o_label} never came back to the per-iteration {coll} (from {site}): in every snapshot while the "
-            f"others waited it was in {' / '.join(where) or 'no collective'}, while {w_label} stayed blocked in "
-            f"that {coll}, unchanged across {n} snapshots since {_hms(since)}"
-            + (f" ({', '.join(wchans)}, CPU time flat)" if wchans else "")
-            + f". They wait for an iteration {o_label} never starts: the ranks are out of step. One snapshot "
-              "could not tell this from a starving idle loop; repeated ones can. Collectives have no recovery "
-              "once ranks diverge: the group must be restarted.")
-        evidence = [{"file": st.path, "line": st.line} for r in odd for st in absent[r][-2:]]
-        evidence += [e for r in waiting[:2] for e in r["evidence"][:2]]
-        store.append("desyncs", [{
-            "engine": engine, "capture": idx if idx is not None else 0, "ts": since, "odd_ranks": odd,
-            "majority_ranks": sorted((r["rank"] for r in waiting), key=rank_key), "detail": detail,
-            "evidence": evidence}])
+                """UPDATE desyncs SET detail = desyncs.detail || u.words
+                   FROM (SELECT unnest($1) AS engine, unnest($2) AS capture, unnest($3) AS words) u
+                   WHERE desyncs.engine = u.engine AND desyncs.capture = u.capture""",
+                [[k[0] for k in keys], [k[1] for k in keys], [self.suffixes[k] for k in keys]])
+        store.append("desyncs", self.added)

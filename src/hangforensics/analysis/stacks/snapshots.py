@@ -26,8 +26,8 @@ from typing import Any
 from ...ranks import rank_key
 from ...store import Store
 from .snapshot_model import RankSeries, Snap
-from .snapshot_text import fill_details, round_desyncs
-from .stackclasses import collective_of, main_stacks, path_of
+from .snapshot_text import RoundDesyncs, fill_details
+from .stackclasses import RankStack, collective_of, main_stacks_of, path_of
 
 FLAT_CPU_S = 0.05          # CPU seconds a blocked rank may still show between two rounds (clock ticks, signals)
 FLAT_CPU_RATE = 0.02       # ... plus this share of the seconds between them (a helper thread's wake-ups)
@@ -129,18 +129,37 @@ def classify(series: RankSeries) -> dict[str, Any]:
 
 def series_of(store: Store, engine: str) -> list[RankSeries]:
     """Every rank of every capture bundle of ``engine``, with its snapshots round by round."""
-    procs = {(r["capture_id"], r["pid"]): r for r in store.query(
-        "SELECT capture_id, pid, rank, label FROM capture_processes WHERE engine = ? AND rank IS NOT NULL",
-        [engine])}
+    return series_of_all(store, [engine]).get(engine, [])
+
+
+def series_of_all(store: Store, engines: list[str]) -> dict[str, list[RankSeries]]:
+    """:func:`series_of` of every engine of ``engines`` in a fixed number of queries (engines without a
+    capture bundle are missing)."""
+    procs: dict[str, dict[tuple, dict]] = defaultdict(dict)
+    for r in store.query("SELECT engine, capture_id, pid, rank, label FROM capture_processes "
+                         "WHERE list_contains(?, engine) AND rank IS NOT NULL", [engines]):
+        procs[r["engine"]][(r["capture_id"], r["pid"])] = r
     if not procs:
-        return []
-    facts = store.query(
-        """SELECT * FROM process_facts WHERE engine = ? AND capture_id IS NOT NULL
-           QUALIFY row_number() OVER (PARTITION BY capture_id, round, pid ORDER BY source = 'proc' DESC) = 1""",
-        [engine])
-    dumps = store.query("SELECT capture_id, round, pid, file, end_ts, round_started FROM capture_dumps "
-                        "WHERE engine = ? AND ok", [engine])
-    stacks = {s.path: s for s in main_stacks(store, engine)}
+        return {}
+    bundled = list(procs)
+    facts: dict[str, list[dict]] = defaultdict(list)
+    for f in store.query(
+            """SELECT * FROM process_facts WHERE list_contains(?, engine) AND capture_id IS NOT NULL
+               QUALIFY row_number() OVER (PARTITION BY engine, capture_id, round, pid
+                                          ORDER BY source = 'proc' DESC) = 1""", [bundled]):
+        facts[f["engine"]].append(f)
+    dumps: dict[str, list[dict]] = defaultdict(list)
+    for d in store.query("SELECT engine, capture_id, round, pid, file, end_ts, round_started FROM capture_dumps "
+                         "WHERE list_contains(?, engine) AND ok", [bundled]):
+        dumps[d.pop("engine")].append(d)
+    stacks = main_stacks_of(store, bundled)
+    return {e: _series(procs[e], facts[e], dumps[e], stacks.get(e, [])) for e in bundled}
+
+
+def _series(procs: dict[tuple, dict], facts: list[dict], dumps: list[dict],
+            main: list[RankStack]) -> list[RankSeries]:
+    """One engine's rank series from its capture processes, /proc facts, dumps and main stacks."""
+    stacks = {s.path: s for s in main}
     snaps: dict[tuple[str, int], dict[int, Snap]] = defaultdict(dict)
     for f in facts:
         if (f["capture_id"], f["pid"]) in procs:
@@ -170,7 +189,11 @@ def _evidence(series: RankSeries, row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def build(store: Store, engine: str) -> tuple[list[dict[str, Any]], list[RankSeries]]:
     """``snapshot_facts`` rows of ``engine`` (group sentences filled) and the series they come from."""
-    all_series = series_of(store, engine)
+    return build_from(engine, series_of(store, engine))
+
+
+def build_from(engine: str, all_series: list[RankSeries]) -> tuple[list[dict[str, Any]], list[RankSeries]]:
+    """:func:`build` of ``engine`` from its series, already read."""
     rows = []
     for series in all_series:
         row = classify(series)
@@ -185,13 +208,27 @@ def rebuild(store: Store, engines: list[str]) -> None:
     """Refill ``snapshot_facts``; add or confirm ``desyncs`` that repeated snapshots show."""
 
     store.con.execute("DELETE FROM snapshot_facts WHERE list_contains(?, engine)", [engines])
-    for e in engines:
-        rows, all_series = build(store, e)
-        store.append("snapshot_facts", [{k: v for k, v in r.items() if k not in INTERNAL} for r in rows])
-        round_desyncs(store, e, rows, all_series)
+    by_engine = series_of_all(store, engines)
+    if not by_engine:
+        return
+    built = {e: build_from(e, by_engine[e]) for e in dict.fromkeys(engines) if e in by_engine}
+    store.append("snapshot_facts", [{k: v for k, v in r.items() if k not in INTERNAL}
+                                    for rows, _ in built.values() for r in rows])
+    desyncs = RoundDesyncs.read(store, [e for e, (rows, _) in built.items() if rows])
+    for e, (rows, all_series) in built.items():
+        desyncs.judge(e, rows, all_series)
+    desyncs.write(store)
 
 
 def snapshot_status(store: Store, engine: str) -> dict[str, str]:
     """dump_id -> what the snapshots say of the rank whose latest dump it is (for the signatures' 'blocked')."""
-    return {r["dump_id"]: r["status"] for r in store.query(
-        "SELECT dump_id, status FROM snapshot_facts WHERE engine = ? AND dump_id IS NOT NULL", [engine])}
+    return snapshot_status_of(store, [engine]).get(engine, {})
+
+
+def snapshot_status_of(store: Store, engines: list[str]) -> dict[str, dict[str, str]]:
+    """:func:`snapshot_status` of every engine of ``engines`` (one query): engine -> dump_id -> status."""
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    for r in store.query("SELECT engine, dump_id, status FROM snapshot_facts "
+                         "WHERE list_contains(?, engine) AND dump_id IS NOT NULL", [engines]):
+        out[r["engine"]][r["dump_id"]] = r["status"]
+    return dict(out)

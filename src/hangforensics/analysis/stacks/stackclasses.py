@@ -130,17 +130,24 @@ FR_PENDING = ("started", "scheduled")
 def dumped_threads(store: Store, engine: str, where: str = "TRUE") -> dict[str, list[dict]]:
     """Each dump's threads of ``engine`` (rows of ``stacks`` matching ``where`` on ``s``), each with its
     frames innermost first, grouped by dump_id."""
+    return dumped_threads_of(store, [engine], where).get(engine, {})
+
+
+def dumped_threads_of(store: Store, engines: list[str], where: str = "TRUE") -> dict[str, dict[str, list[dict]]]:
+    """:func:`dumped_threads` of every engine of ``engines`` in one query: engine -> dump_id -> threads.
+    Threads come in the order their frames were loaded (the order one DuckDB thread gives a group-by), so
+    ties between dumps and threads resolve the same whichever engines are read together."""
     rows = store.query(
-        f"""SELECT s.dump_id, s.thread_id, s.rank, s.ts, s.thread_state, s.thread_name, s.pid, s.process_title,
-                   s.path, s.line, s.format,
+        f"""SELECT s.engine, s.dump_id, s.thread_id, s.rank, s.ts, s.thread_state, s.thread_name, s.pid,
+                   s.process_title, s.path, s.line, s.format,
                    list({{'function': f.function, 'file': f.file, 'line': f.line, 'native': f.native}}
                         ORDER BY f.depth) AS frames
             FROM stacks s JOIN frames f ON f.dump_id = s.dump_id AND f.thread_id = s.thread_id
-            WHERE s.engine = ? AND ({where}) GROUP BY ALL""", [engine])
-    by_dump: dict[str, list[dict]] = defaultdict(list)
+            WHERE list_contains(?, s.engine) AND ({where}) GROUP BY ALL ORDER BY min(f.rowid)""", [engines])
+    out: dict[str, dict[str, list[dict]]] = {}
     for r in rows:
-        by_dump[r["dump_id"]].append(r)
-    return by_dump
+        out.setdefault(r.pop("engine"), {}).setdefault(r["dump_id"], []).append(r)
+    return out
 
 
 def _as_stack(t: dict, flight_recorder: bool = False) -> RankStack:
@@ -186,7 +193,17 @@ def main_stacks(store: Store, engine: str) -> list[RankStack]:
     A process no label names (a py-spy dump of a plain ``python train.py``) still takes part, as
     ``pid<N>`` (interface.md §3), when it waits in a collective: a process that does not is no rank
     anyone compares (a tokenizer, the launcher)."""
-    by_dump = dumped_threads(store, engine, "s.rank <> '' OR s.pid IS NOT NULL")
+    return main_stacks_of(store, [engine]).get(engine, [])
+
+
+def main_stacks_of(store: Store, engines: list[str]) -> dict[str, list[RankStack]]:
+    """:func:`main_stacks` of every engine of ``engines`` (one query): engine -> stacks (engines with
+    none are missing)."""
+    return {e: _main_of_dumps(by_dump) for e, by_dump in
+            dumped_threads_of(store, engines, "s.rank <> '' OR s.pid IS NOT NULL").items()}
+
+
+def _main_of_dumps(by_dump: dict[str, list[dict]]) -> list[RankStack]:
     out = []
     for threads in by_dump.values():
         fr = [t for t in threads if t["format"] == "flight_recorder"]
@@ -268,11 +285,16 @@ def collective_of(stack: RankStack) -> tuple[str | None, str | None]:
 
 def build(store: Store, engine: str) -> tuple[list[dict], list[dict], list[dict]]:
     """Rows for rank_classes, rank_collectives and desyncs."""
+    return build_from(engine, main_stacks(store, engine))
+
+
+def build_from(engine: str, stacks: list[RankStack]) -> tuple[list[dict], list[dict], list[dict]]:
+    """:func:`build` of ``engine`` from its main stacks, already read."""
     class_rows: list[dict] = []
     coll_rows: list[dict] = []
     desyncs: list[dict] = []
-    groups_all = capture_groups(main_stacks(store, engine))
-    for ci, cap in enumerate(captures(main_stacks(store, engine))):
+    groups_all = capture_groups(stacks)
+    for ci, cap in enumerate(captures(stacks)):
         ts = max((s.ts for s in cap if s.ts), default=None)
         # prefix tree
         nodes: dict[tuple, dict] = {}
@@ -412,10 +434,17 @@ def _absent_from_collective(engine: str, capture: int, rounds: list[RankStack],
 
 
 def rebuild(store: Store, engines: list[str]) -> None:
-    for e in engines:
-        for t in ("rank_classes", "rank_collectives", "desyncs"):
-            store.con.execute(f"DELETE FROM {t} WHERE engine = ?", [e])
-        classes, colls, desyncs = build(store, e)
-        store.append("rank_classes", classes)
-        store.append("rank_collectives", colls)
-        store.append("desyncs", desyncs)
+    for t in ("rank_classes", "rank_collectives", "desyncs"):
+        store.con.execute(f"DELETE FROM {t} WHERE list_contains(?, engine)", [engines])
+    stacks = main_stacks_of(store, engines)
+    classes: list[dict] = []
+    colls: list[dict] = []
+    desyncs: list[dict] = []
+    for e in dict.fromkeys(engines):
+        c, r, d = build_from(e, stacks.get(e, []))
+        classes += c
+        colls += r
+        desyncs += d
+    store.append("rank_classes", classes)
+    store.append("rank_collectives", colls)
+    store.append("desyncs", desyncs)
