@@ -65,10 +65,32 @@ class JobDeaths:
 
 
 def gather(store: Store, engine: str, labels: list[str]) -> JobDeaths:
+    return gather_all(store, [engine], {engine: labels})[engine]
+
+
+def gather_all(store: Store, engines: list[str], labels: dict[str, list[str]]) -> dict[str, JobDeaths]:
+    """``gather`` of every engine of ``engines`` (``labels``: each engine's rank labels) in three queries."""
+    exits: dict[str, list[dict[str, Any]]] = {}
+    for r in store.query(
+            "SELECT engine, path, line, ts, rank, attrs FROM events WHERE list_contains(?, engine) "
+            "AND kind = 'rank_exit' ORDER BY engine, ts NULLS LAST, path, line", [engines]):
+        exits.setdefault(r["engine"], []).append(r)
+    out = {e: _deaths(exits.get(e, []), labels.get(e, [])) for e in engines}
+    for e in store.query("SELECT engine, rank, attrs FROM events WHERE list_contains(?, engine) "
+                         "AND kind = 'c10d_error' ORDER BY engine, path, line", [engines]):
+        out[e["engine"]].errors.setdefault(e["rank"] or "", []).append(json.loads(e["attrs"] or "{}"))
+    for r in store.query(
+            "SELECT engine, s FROM (SELECT engine, json_extract_string(attrs, '$.signal') AS s, row_number() OVER "
+            "(PARTITION BY engine ORDER BY ts NULLS LAST) AS n FROM events WHERE list_contains(?, engine) "
+            "AND kind = 'torch_elastic' AND json_extract_string(attrs, '$.event') = 'death_signal') WHERE n = 1",
+            [engines]):
+        out[r["engine"]].agent_signal = r["s"]
+    return out
+
+
+def _deaths(rows: list[dict[str, Any]], labels: list[str]) -> JobDeaths:
+    """The worker exits of one engine's ``rank_exit`` rows (by time, file, line)."""
     out = JobDeaths()
-    rows = store.query(
-        "SELECT path, line, ts, rank, attrs FROM events WHERE engine = ? AND kind = 'rank_exit' "
-        "ORDER BY ts NULLS LAST, path, line", [engine])
     by_pid: dict[Any, Death] = {}
     agent: list[tuple[dict, dict]] = []
     for r in rows:
@@ -95,13 +117,6 @@ def gather(store: Store, engine: str, labels: list[str]) -> JobDeaths:
         d.root_cause = True
         d.evidence.append({"file": r["path"], "line": r["line"]})
     out.deaths = sorted(by_pid.values(), key=lambda d: (rank_key(d.label), d.pid or 0))
-    for e in store.query("SELECT rank, attrs FROM events WHERE engine = ? AND kind = 'c10d_error' "
-                         "ORDER BY path, line", [engine]):
-        out.errors.setdefault(e["rank"] or "", []).append(json.loads(e["attrs"] or "{}"))
-    sig = store.query("SELECT json_extract_string(attrs, '$.signal') AS s FROM events WHERE engine = ? "
-                      "AND kind = 'torch_elastic' AND json_extract_string(attrs, '$.event') = 'death_signal' "
-                      "ORDER BY ts NULLS LAST LIMIT 1", [engine])
-    out.agent_signal = sig[0]["s"] if sig else None
     return out
 
 

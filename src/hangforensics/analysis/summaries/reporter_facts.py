@@ -35,13 +35,29 @@ class ReporterFacts:
 
 
 def gather(store: Store, engine: str) -> ReporterFacts:
+    return gather_all(store, [engine])[engine]
+
+
+def gather_all(store: Store, engines: list[str]) -> dict[str, ReporterFacts]:
+    """``gather`` of every engine of ``engines`` in two queries."""
+    hand: dict[str, list[dict[str, Any]]] = {}
+    # the stored rows (no times needed), so that the ranks of one line keep their written order
+    for r in store.query("SELECT engine, rank, process_title FROM t_stacks WHERE list_contains(?, engine) "
+                         "AND format = ? ORDER BY engine, path, line, rowid", [engines, HAND_FORMAT]):
+        hand.setdefault(r["engine"], []).append(r)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for r in store.query("SELECT engine, path, line, kind, message, attrs FROM events WHERE list_contains(?, engine) "
+                         "AND kind IN ('reporter_table', 'reporter_timeline', 'metrics_sample') "
+                         "ORDER BY engine, path, line", [engines]):
+        rows.setdefault(r["engine"], []).append(r)
+    return {e: _facts(hand.get(e, []), rows.get(e, [])) for e in engines}
+
+
+def _facts(hand: list[dict[str, Any]], rows: list[dict[str, Any]]) -> ReporterFacts:
+    """One engine's reporter facts from its hand-summarised stacks and its reporter events (by file, line)."""
     rf = ReporterFacts()
-    hand = store.query("SELECT rank, process_title FROM stacks WHERE engine = ? AND format = ? ORDER BY path, line",
-                       [engine, HAND_FORMAT])
     rf.hand_ranks = list(dict.fromkeys(r["rank"] for r in hand if r["rank"]))
     rf.hand_labels = list(dict.fromkeys((r["process_title"] or "").removesuffix(" (summarised by hand)") for r in hand))
-    rows = store.query("SELECT path, line, kind, message, attrs FROM events WHERE engine = ? AND kind IN "
-                       "('reporter_table', 'reporter_timeline', 'metrics_sample') ORDER BY path, line", [engine])
     table: list[dict[str, Any]] = []
     last: tuple[str, int] | None = None
     for r in rows:

@@ -21,8 +21,7 @@ from ...redaction import redact_payloads
 from ...store import Store
 from ..stacks.snapshot_text import facts_in_words
 from ..stacks.stackclasses import compact_ranks
-from . import rank_deaths, reporter_facts, vllm_summary
-from .capture_advice import next_capture_command
+from . import capture_advice, rank_deaths, reporter_facts, vllm_summary
 
 STACK_KINDS = (*DUMP_KINDS, "flight_recorder")
 GENERATION_PROBES = ("/health_generate", "/generate", "/v1/completions", "/v1/chat/completions")
@@ -65,7 +64,8 @@ class Evidence:
 
 def rebuild(store: Store, engines: list[str], show_payloads: bool = False) -> list[dict[str, Any]]:
     """Fill ``engine_summaries`` for ``engines`` and return the rows."""
-    rows = [summarise(gather(store, e), show_payloads) for e in engines]
+    evidence = gather_all(store, engines)
+    rows = [summarise(evidence[e], show_payloads) for e in engines]
     store.con.execute("DELETE FROM engine_summaries WHERE list_contains(?, engine)", [engines])
     if rows:
         # files is a MAP: Arrow needs it spelled as one (a dict would become a struct)
@@ -83,63 +83,135 @@ SCHEMA = pa.schema([
 
 
 def gather(store: Store, engine: str) -> Evidence:
-    files = {r["kind"]: r["n"] for r in store.query(
-        "SELECT kind, count(*)::INTEGER AS n FROM sources WHERE engine = ? GROUP BY kind ORDER BY n DESC, kind",
-        [engine])}
-    unparsed = store.scalar("SELECT COALESCE(sum(unparsed_lines), 0) FROM sources WHERE engine = ?", [engine])
-    span = store.query(
-        """SELECT min(ts) AS a, max(ts) AS b FROM (
-             SELECT ts FROM events WHERE engine = $1 UNION ALL SELECT ts FROM batches WHERE engine = $1
-             UNION ALL SELECT ts FROM http_requests WHERE engine = $1
-             UNION ALL SELECT ts FROM stacks WHERE engine = $1 AND capture = 'embedded')""", [engine])[0]
-    ranks = [r["rank"] for r in store.query(
-        """SELECT DISTINCT rank FROM (
-             SELECT rank FROM batches WHERE engine = $1
-             UNION ALL SELECT rank FROM events WHERE engine = $1 AND kind NOT LIKE 'vllm%'
-             UNION ALL SELECT rank FROM stacks WHERE engine = $1
-             UNION ALL SELECT 'rank' || rank FROM collectives WHERE engine = $1 AND rank IS NOT NULL)
-           WHERE rank IS NOT NULL AND rank <> ''""", [engine])]
-    ev = Evidence(engine, files, int(unparsed or 0), (span["a"], span["b"]), _dedupe_ranks(ranks),
-                  store.query("SELECT * FROM findings WHERE engine = ? ORDER BY ts NULLS LAST", [engine]))
-    ev.n_progress = store.scalar("SELECT count(*) FROM progress WHERE engine = ?", [engine]) or 0
-    last = store.query("SELECT ts, rank, running_req, queue_req FROM progress WHERE engine = ? AND ts IS NOT NULL "
-                       "ORDER BY ts DESC LIMIT 1", [engine])
-    ev.last_progress = last[0] if last else None
-    stalls = store.query("SELECT * FROM stalls WHERE engine = ? ORDER BY onset DESC", [engine])
-    ev.stall = stalls[0] if stalls else None
-    ev.watchdogs = store.query(
-        "SELECT rank, min(fired_at) AS ts FROM watchdog_fires WHERE engine = ? AND rank <> '' "
-        "GROUP BY rank ORDER BY ts", [engine])
-    ev.torch = store.query(
-        "SELECT pg, seq, any_value(op) AS op, list(DISTINCT rank ORDER BY rank) AS ranks, min(ts) AS ts "
-        "FROM collectives WHERE engine = ? AND source = 'torch_nccl' GROUP BY pg, seq ORDER BY ts", [engine])
-    ev.stacks = store.query(
-        "SELECT rank, collective, call_site, thread_state FROM rank_collectives WHERE engine = ? "
-        "AND capture = (SELECT max(capture) FROM rank_collectives WHERE engine = ?)", [engine, engine])
-    ev.native_frames = store.scalar(
-        "SELECT count(*) FROM frames f JOIN stacks s USING (dump_id, thread_id) WHERE s.engine = ? AND f.native",
-        [engine]) or 0
-    ev.gpu_samples = store.scalar("SELECT count(*) FROM gpu_samples WHERE engine = ?", [engine]) or 0
-    ev.probes = store.query("SELECT path, n, basis FROM probes WHERE engine = ? ORDER BY n DESC", [engine])
-    ev.nccl_debug = store.scalar("SELECT count(*) FROM events WHERE engine = ? AND kind = 'nccl_debug'", [engine]) or 0
-    facts = store.query("SELECT tp_size, model FROM engine_facts WHERE engine = ?", [engine])
-    ev.world = facts[0]["tp_size"] if facts else None
-    ev.capture_cmd = next_capture_command(store, engine)
-    ev.snapshots = facts_in_words(store.query(
-        "SELECT * FROM snapshot_facts WHERE engine = ? AND status <> 'unknown'", [engine]))
-    ev.deaths = store.query(
+    """One engine's evidence (``gather_all`` for many: ``rebuild`` judges every engine at once)."""
+    return gather_all(store, [engine])[engine]
+
+
+def _by_engine(rows: list[dict[str, Any]], keep: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Rows grouped by their ``engine`` column (dropped unless ``keep``: a ``SELECT *`` of one engine has it),
+    in row order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["engine"] if keep else r.pop("engine"), []).append(r)
+    return out
+
+
+def gather_all(store: Store, engines: list[str]) -> dict[str, Evidence]:
+    """Every engine's evidence, queried once for all of ``engines`` (a fixed number of queries, grouped by
+    engine in Python): engine -> Evidence.  Ties of a sort key are broken by stored order (rowid) or file
+    position, so that no order depends on DuckDB's threads."""
+    q = store.query
+    files: dict[str, dict[str, int]] = {}
+    for r in q("SELECT engine, kind, count(*)::INTEGER AS n FROM sources WHERE list_contains(?, engine) "
+               "GROUP BY engine, kind ORDER BY engine, n DESC, kind", [engines]):
+        files.setdefault(r["engine"], {})[r["kind"]] = r["n"]
+    unparsed = {r["engine"]: r["n"] for r in q(
+        "SELECT engine, sum(unparsed_lines) AS n FROM sources WHERE list_contains(?, engine) GROUP BY engine",
+        [engines])}
+    # the time span and the ranks, in one pass over each table: its first and last time per (engine, rank),
+    # and whether that rank counts as one of the engine's (vLLM's events and http requests name none)
+    span: dict[str, tuple[datetime | None, datetime | None]] = {}
+    ranks: dict[str, list[str]] = {}
+    for r in q("""SELECT engine, rank, min(a) AS a, max(b) AS b, bool_or(ranked) AS ranked FROM (
+                    SELECT engine, rank, min(ts) AS a, max(ts) AS b, true AS ranked FROM batches
+                    WHERE list_contains($1, engine) GROUP BY engine, rank
+                    UNION ALL SELECT engine, rank, min(ts), max(ts), bool_or(kind NOT LIKE 'vllm%') FROM events
+                    WHERE list_contains($1, engine) GROUP BY engine, rank
+                    UNION ALL SELECT engine, NULL, min(ts), max(ts), false FROM http_requests
+                    WHERE list_contains($1, engine) GROUP BY engine
+                    UNION ALL SELECT engine, rank, min(ts) FILTER (WHERE capture = 'embedded'),
+                                     max(ts) FILTER (WHERE capture = 'embedded'), true FROM stacks
+                    WHERE list_contains($1, engine) GROUP BY engine, rank
+                    UNION ALL SELECT engine, 'rank' || rank, NULL, NULL, true FROM collectives
+                    WHERE list_contains($1, engine) AND rank IS NOT NULL GROUP BY engine, rank)
+                  GROUP BY engine, rank""", [engines]):
+        e = r["engine"]
+        lo, hi = span.get(e, (None, None))
+        span[e] = (r["a"] if lo is None or (r["a"] is not None and r["a"] < lo) else lo,
+                   r["b"] if hi is None or (r["b"] is not None and r["b"] > hi) else hi)
+        if r["ranked"] and r["rank"]:
+            ranks.setdefault(e, []).append(r["rank"])
+    findings = _by_engine(q("SELECT * FROM findings WHERE list_contains(?, engine) ORDER BY engine, ts NULLS LAST, rowid",
+                            [engines]), keep=True)
+    # progress: its count and its last dated line per engine (the rows are many: aggregated in SQL); of lines
+    # of the same last time, the first in its file
+    n_progress: dict[str, int] = {}
+    last_progress: dict[str, dict[str, Any]] = {}
+    for r in q("SELECT engine, count(*) AS n, arg_min({'ts': ts, 'rank': rank, 'running_req': running_req, "
+               "'queue_req': queue_req}, {'t': -epoch_us(ts), 'p': path, 'l': line}) FILTER (WHERE ts IS NOT NULL) "
+               "AS last FROM progress WHERE list_contains(?, engine) GROUP BY engine", [engines]):
+        n_progress[r["engine"]] = r["n"]
+        if r["last"] is not None:
+            last_progress[r["engine"]] = r["last"]
+    stalls = {e: rows[0] for e, rows in _by_engine(q(
+        "SELECT * FROM stalls WHERE list_contains(?, engine) ORDER BY engine, onset DESC, rowid", [engines]),
+        keep=True).items()}
+    watchdogs = _by_engine(q(
+        "SELECT engine, rank, min(fired_at) AS ts FROM watchdog_fires WHERE list_contains(?, engine) AND rank <> '' "
+        "GROUP BY engine, rank ORDER BY engine, ts, rank", [engines]))
+    # ties (undated timeouts of a paste) by their lowest rank, then SeqNum: the order a rank's log prints them;
+    # a SeqNum whose ranks name different ops: the lowest rank's
+    torch = _by_engine(q(
+        "SELECT engine, pg, seq, op, ranks, ts FROM (SELECT engine, pg, seq, any_value(op ORDER BY rank) AS op, "
+        "list(DISTINCT rank ORDER BY rank) AS ranks, min(ts) AS ts, min(rank) AS first_rank FROM collectives "
+        "WHERE list_contains(?, engine) AND source = 'torch_nccl' GROUP BY engine, pg, seq) "
+        "ORDER BY engine, ts, first_rank, seq, pg", [engines]))
+    stacks = _by_engine(q(
+        "SELECT engine, rank, collective, call_site, thread_state FROM (SELECT *, rowid AS rid, max(capture) OVER "
+        "(PARTITION BY engine) AS latest FROM rank_collectives WHERE list_contains(?, engine)) "
+        "WHERE capture = latest ORDER BY rid", [engines]))
+    native = capture_advice.native_frames(store, engines)
+    gpu = {r["engine"]: r["n"] for r in q(
+        "SELECT engine, count(*) AS n FROM gpu_samples WHERE list_contains(?, engine) GROUP BY engine", [engines])}
+    probes = _by_engine(q("SELECT engine, path, n, basis FROM probes WHERE list_contains(?, engine) "
+                          "ORDER BY engine, n DESC, rowid", [engines]))
+    nccl_debug = {r["engine"]: r["n"] for r in q(
+        "SELECT engine, count(*) AS n FROM events WHERE list_contains(?, engine) AND kind = 'nccl_debug' "
+        "GROUP BY engine", [engines])}
+    world: dict[str, int | None] = {}
+    for r in q("SELECT engine, tp_size FROM engine_facts WHERE list_contains(?, engine)", [engines]):
+        world.setdefault(r["engine"], r["tp_size"])
+    commands = capture_advice.next_capture_commands(store, engines, native)
+    snapshots = _by_engine(q("SELECT * FROM snapshot_facts WHERE list_contains(?, engine) AND status <> 'unknown' "
+                             "ORDER BY engine, rowid", [engines]), keep=True)
+    deaths = _by_engine(q(
         # a traceback pasted without its log line speaks through its exception line
-        """SELECT kind, rank, ts,
-                  CASE WHEN regexp_matches(message, '^(Traceback|  File )') THEN COALESCE(attrs->>'exception', message)
-                       ELSE message END AS message
-           FROM events WHERE engine = ? AND (kind IN (SELECT unnest(?))
-             OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck')))
-           ORDER BY ts NULLS LAST, line LIMIT 3""", [engine, list(DEATH_KINDS)])
-    ev.job = rank_deaths.gather(store, engine, ranks)
-    ev.reporter = reporter_facts.gather(store, engine)
-    if vllm_summary.is_vllm(store, engine):
-        ev.vllm = vllm_summary.gather(store, engine, ev.stall)
-    return ev
+        """SELECT engine, kind, rank, ts, message FROM (
+             SELECT engine, kind, rank, ts, line,
+                    CASE WHEN regexp_matches(message, '^(Traceback|  File )')
+                         THEN COALESCE(attrs->>'exception', message) ELSE message END AS message,
+                    row_number() OVER (PARTITION BY engine ORDER BY ts NULLS LAST, line) AS n
+             FROM events WHERE list_contains(?, engine) AND (kind IN (SELECT unnest(?))
+               OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck'))))
+           WHERE n <= 3 ORDER BY engine, n""", [engines, list(DEATH_KINDS)]))
+    jobs = rank_deaths.gather_all(store, engines, ranks)
+    reporters = reporter_facts.gather_all(store, engines)
+    vllm_set = vllm_summary.vllm_engines(store, engines)
+    vllm = vllm_summary.gather_all(store, [e for e in engines if e in vllm_set],
+                                   {e: stalls.get(e) for e in engines if e in vllm_set}) if vllm_set else {}
+    out: dict[str, Evidence] = {}
+    for e in engines:
+        ev = Evidence(e, files.get(e, {}), int(unparsed.get(e) or 0), span.get(e, (None, None)),
+                      _dedupe_ranks(ranks.get(e, [])), findings.get(e, []))
+        ev.n_progress = n_progress.get(e) or 0
+        ev.last_progress = last_progress.get(e)
+        ev.stall = stalls.get(e)
+        ev.watchdogs = watchdogs.get(e, [])
+        ev.torch = torch.get(e, [])
+        ev.stacks = stacks.get(e, [])
+        ev.native_frames = native.get(e) or 0
+        ev.gpu_samples = gpu.get(e) or 0
+        ev.probes = probes.get(e, [])
+        ev.nccl_debug = nccl_debug.get(e) or 0
+        ev.world = world.get(e)
+        ev.capture_cmd = commands[e]
+        ev.snapshots = facts_in_words(snapshots.get(e, []))
+        ev.deaths = deaths.get(e, [])
+        ev.job = jobs[e]
+        ev.reporter = reporters[e]
+        ev.vllm = vllm.get(e)
+        out[e] = ev
+    return out
 
 
 # Event kinds that say a serving process died (or hung until something killed it).

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ...store import Store
-from ..stacks.stackclasses import RankStack, collective_of, compact_ranks, dumped_threads, path_of
+from ..stacks.stackclasses import RankStack, collective_of, compact_ranks, path_of
 
 # Where a vLLM process is, by the files and functions of its main thread (a dump often names no process).
 WORKER_FILES = ("vllm/worker/", "vllm/v1/worker/", "vllm/model_executor/", "vllm/distributed/communication_op")
@@ -58,35 +58,79 @@ class VllmFacts:
 
 def is_vllm(store: Store, engine: str) -> bool:
     """The engine's log is vLLM's, or its stacks are of vLLM processes."""
-    return bool(store.scalar(
-        "SELECT EXISTS (SELECT 1 FROM vllm_stats WHERE engine = $1) "
-        "OR EXISTS (SELECT 1 FROM events WHERE engine = $1 AND kind LIKE 'vllm%') "
-        "OR EXISTS (SELECT 1 FROM frames f JOIN stacks s ON s.dump_id = f.dump_id AND s.thread_id = f.thread_id "
-        "           WHERE s.engine = $1 AND f.file LIKE '%vllm/%')", [engine]))
+    return engine in vllm_engines(store, [engine])
+
+
+def vllm_engines(store: Store, engines: list[str]) -> set[str]:
+    """The engines of ``engines`` whose log is vLLM's, or whose stacks are of vLLM processes."""
+    return {r["engine"] for r in store.query(
+        "SELECT engine FROM vllm_stats WHERE list_contains($1, engine) "
+        "UNION SELECT engine FROM events WHERE list_contains($1, engine) AND kind LIKE 'vllm%' "
+        "UNION SELECT s.engine FROM frames f JOIN stacks s ON s.dump_id = f.dump_id AND s.thread_id = f.thread_id "
+        "      WHERE list_contains($1, s.engine) AND f.file LIKE '%vllm/%'", [engines])}
 
 
 def gather(store: Store, engine: str, stall: dict[str, Any] | None) -> VllmFacts:
-    last = store.query("SELECT * FROM vllm_series WHERE engine = ? AND ts IS NOT NULL ORDER BY ts DESC, line DESC "
-                       "LIMIT 1", [engine])
-    agg = store.query(
-        """SELECT count(*) AS n, list(DISTINCT series) AS series, median(g) FILTER (WHERE g > 0) AS interval FROM (
-             SELECT series, epoch(ts) - epoch(lag(ts) OVER (PARTITION BY series ORDER BY ts, line)) AS g
-             FROM vllm_series WHERE engine = ?)""", [engine])[0]
-    world = store.scalar(
-        "SELECT max(TRY_CAST(json_extract_string(attrs, '$.tp_size') AS INTEGER) * COALESCE(TRY_CAST("
-        "json_extract_string(attrs, '$.pp_size') AS INTEGER), 1)) FROM events WHERE engine = ? AND kind = 'vllm_start'",
-        [engine])
-    vf = VllmFacts(last[0] if last else None, agg["n"] or 0, agg["interval"], sorted(s for s in agg["series"] or []),
-                   stack_facts(store, engine), world)
-    if stall is not None:
-        vf.quiet_after_stall = (store.scalar("SELECT count(*) FROM vllm_stats WHERE engine = ? AND ts > ?",
-                                             [engine, stall["onset"]]) or 0) <= 1
-    return vf
+    return gather_all(store, [engine], {engine: stall})[engine]
+
+
+def gather_all(store: Store, engines: list[str], stalls: dict[str, dict[str, Any] | None]) -> dict[str, VllmFacts]:
+    """``gather`` of every engine of ``engines`` (``stalls``: each one's stall, or None) in a fixed number of
+    queries."""
+    last = {r["engine"]: r for r in store.query(
+        "SELECT * EXCLUDE (n) FROM (SELECT *, row_number() OVER (PARTITION BY engine ORDER BY ts DESC, line DESC) AS n "
+        "FROM vllm_series WHERE list_contains(?, engine) AND ts IS NOT NULL) WHERE n = 1", [engines])}
+    agg = {r["engine"]: r for r in store.query(
+        """SELECT engine, count(*) AS n, list(DISTINCT series) AS series, median(g) FILTER (WHERE g > 0) AS interval
+           FROM (SELECT engine, series,
+                        epoch(ts) - epoch(lag(ts) OVER (PARTITION BY engine, series ORDER BY ts, line)) AS g
+                 FROM vllm_series WHERE list_contains(?, engine))
+           GROUP BY engine""", [engines])}
+    world = {r["engine"]: r["w"] for r in store.query(
+        "SELECT engine, max(TRY_CAST(json_extract_string(attrs, '$.tp_size') AS INTEGER) * COALESCE(TRY_CAST("
+        "json_extract_string(attrs, '$.pp_size') AS INTEGER), 1)) AS w FROM events WHERE list_contains(?, engine) "
+        "AND kind = 'vllm_start' GROUP BY engine", [engines])}
+    stacks = stack_facts_all(store, engines)
+    out: dict[str, VllmFacts] = {}
+    for e in engines:
+        a = agg.get(e, {})
+        out[e] = VllmFacts(last.get(e), a.get("n") or 0, a.get("interval"), sorted(s for s in a.get("series") or []),
+                           stacks.get(e, []), world.get(e))
+    # stats lines after each stall's onset: one query over (engine, onset) pairs
+    onsets = [(e, st["onset"]) for e, st in stalls.items() if st is not None and e in out]
+    if onsets:
+        after = {r["engine"]: r["n"] for r in store.query(
+            "SELECT v.engine, count(*) AS n FROM vllm_stats v JOIN (SELECT unnest($1) AS engine, unnest($2) AS onset) p "
+            "ON v.engine = p.engine AND v.ts > p.onset GROUP BY v.engine",
+            [[e for e, _ in onsets], [o for _, o in onsets]])}
+        for e, _ in onsets:
+            out[e].quiet_after_stall = after.get(e, 0) <= 1
+    return out
 
 
 def stack_facts(store: Store, engine: str) -> list[StackFact]:
     """One fact per dumped vLLM process of the latest dumps (its main thread), ranked or not."""
-    by_dump = dumped_threads(store, engine, "s.format <> 'flight_recorder'")
+    return stack_facts_all(store, [engine]).get(engine, [])
+
+
+def stack_facts_all(store: Store, engines: list[str]) -> dict[str, list[StackFact]]:
+    """``stack_facts`` of every engine of ``engines`` (engines with none are missing), in one query."""
+    # each dump's threads (not Flight Recorder's), frames innermost first: dumped_threads over many engines
+    rows = store.query(
+        """SELECT s.engine, s.dump_id, s.thread_id, s.rank, s.ts, s.thread_state, s.thread_name, s.pid,
+                  s.process_title, s.path, s.line, s.format,
+                  list({'function': f.function, 'file': f.file, 'line': f.line, 'native': f.native}
+                       ORDER BY f.depth) AS frames, min(f.rowid) AS first_frame
+           FROM stacks s JOIN frames f ON f.dump_id = s.dump_id AND f.thread_id = s.thread_id
+           WHERE list_contains(?, s.engine) AND (s.format <> 'flight_recorder') GROUP BY ALL
+           ORDER BY s.engine, first_frame""", [engines])
+    by_engine: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by_engine[r["engine"]][r["dump_id"]].append(r)
+    return {e: _stack_facts(by_dump) for e, by_dump in by_engine.items()}
+
+
+def _stack_facts(by_dump: dict[str, list[dict]]) -> list[StackFact]:
     out: dict[tuple, StackFact] = {}
     for threads in by_dump.values():
         main = ([t for t in threads if t["thread_name"] == "MainThread"]
