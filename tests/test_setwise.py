@@ -1,0 +1,149 @@
+"""The fleet scan's costs grow with rows, not with engines: the analysis runs a fixed number of queries
+whatever the number of engines judged; small files share transactions without changing what is stored;
+the after-load passes skip only engines they have nothing to do for."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from hangforensics.analysis.findings import run_rules
+from hangforensics.analysis.summaries import incidents
+from hangforensics.ingest import load, pipeline
+from hangforensics.ingest.pipeline import ingest_paths
+from hangforensics.store import Store
+
+from conftest import DATA
+
+# One engine of each kind of evidence the families corpus holds: Flight Recorder, NCCL RAS, torch timeouts
+# pasted, idle, vLLM, restart, a fleet-wide signature, a torch job, a stall with stacks.
+KINDS = ["ams3-llama70b-fr-07", "dal5-llama70b-ras-41", "fra5-mixtral-tna-15", "hkg2-llama8b-idle-19",
+         "lhr4-llama70b-vhb-10", "icn1-glm45-rsw-02", "pdx3-llama70b-fcg-22", "iad3-sft-mixtral-tnm-04",
+         "bos1-llama8b-tnd-29", "waw1-qwen72b-fr-35", "sjc3-qwen32b-wsr-05", "ord2-llama70b-wgf-12"]
+
+
+def _fleet(tmp: Path, copies: int) -> Path:
+    fleet = tmp / f"fleet{copies}"
+    for k in range(copies):
+        for name in KINDS:
+            shutil.copytree(DATA / "families" / "fleet" / name, fleet / f"c{k}-{name}")
+    return fleet
+
+
+class _Counting:
+    """A DuckDB connection that counts the statements run through it.  A statement reading a Python variable
+    (DuckDB's replacement scan looks in the calling frame) runs in a frame holding the caller's variables."""
+
+    def __init__(self, con) -> None:
+        self._con, self.n = con, 0
+
+    def _run(self, method: str, a, k):
+        self.n += 1
+        caller = sys._getframe(2)
+        scope = {**caller.f_globals, **caller.f_locals, "_hf_call": getattr(self._con, method), "_hf_a": a, "_hf_k": k}
+        return eval("_hf_call(*_hf_a, **_hf_k)", scope, scope)
+
+    def execute(self, *a, **k):
+        return self._run("execute", a, k)
+
+    def sql(self, *a, **k):
+        return self._run("sql", a, k)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def _analysis_statements(tmp: Path, copies: int) -> tuple[int, int]:
+    """(statements run by the analysis, findings) of a fleet holding ``copies`` of every kind of engine."""
+    with Store(tmp / f"db{copies}.duckdb") as st:
+        ingest_paths(st, [_fleet(tmp, copies)], mode="fleet")
+        engines = [r["engine"] for r in st.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
+        counting = _Counting(st.con)
+        st.con = counting
+        found = run_rules(st, engines=engines)
+        with st.transaction():
+            incidents.rebuild(st, engines, 1)
+        st.con = counting._con
+        return counting.n, len(found)
+
+
+def test_the_analysis_runs_as_many_statements_for_three_times_the_engines(tmp_path: Path):
+    one, found_one = _analysis_statements(tmp_path, 1)
+    three, found_three = _analysis_statements(tmp_path, 3)
+    assert found_one > len(KINDS) // 2 and found_three == 3 * found_one      # the engines are judged alike
+    # a query per engine would add len(KINDS) * 2 statements or more for each one
+    assert three == one, f"{one} statements for {len(KINDS)} engines, {three} for {3 * len(KINDS)}"
+
+
+def _tables(db: Path) -> dict[str, list[tuple]]:
+    with Store(db) as st:
+        names = [r["name"] for r in st.query(
+            "SELECT table_name AS name FROM duckdb_tables() WHERE table_name NOT IN ('meta', 'scans')")]
+        skip = {"sources": "abs_path, ingested_at, mtime"}
+        return {t: st.con.execute(f"SELECT * EXCLUDE ({skip[t]}) FROM {t} ORDER BY ALL" if t in skip
+                                  else f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in names}
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    # fragments (dumps in parts joined across files, envelopes) and families (clocks, Flight Recorder)
+    folder = tmp_path / "corpus"
+    for name in KINDS[:6]:
+        shutil.copytree(DATA / "families" / "fleet" / name, folder / name)
+    shutil.copytree(DATA / "fragments", folder / "fragments")
+    shutil.copytree(DATA / "fragments" / "three_parts", folder / "three_parts")
+    return folder
+
+
+def test_small_files_loaded_several_to_a_transaction_store_what_one_file_each_stores(corpus: Path, tmp_path: Path,
+                                                                                        monkeypatch):
+    grouped = tmp_path / "grouped.duckdb"
+    with Store(grouped) as st:
+        ingest_paths(st, [corpus], mode="fleet")
+        files = st.scalar("SELECT count(*) FROM sources")
+        versions = dict(st.con.execute("SELECT engine, data_version FROM engine_state").fetchall())
+        per_engine = dict(st.con.execute("SELECT engine, count(*) FROM sources GROUP BY engine").fetchall())
+    assert files > 20 and versions == per_engine           # one bump per file, as one transaction per file did
+    monkeypatch.setattr(load, "GROUP_FILES", 1)            # every file its own transaction
+    single = tmp_path / "single.duckdb"
+    with Store(single) as st:
+        ingest_paths(st, [corpus], mode="fleet")
+    assert _tables(grouped) == _tables(single)
+
+
+def test_a_file_that_fails_to_read_leaves_the_rest_of_its_group_loaded(corpus: Path, tmp_path: Path, monkeypatch):
+    from hangforensics.errors import InputError
+
+    real = pipeline.parse_file
+    bad = sorted(p for p in corpus.rglob("*") if p.is_file())[3]
+
+    def failing(job):
+        if job.abs_path == bad:
+            raise InputError(f"{bad.name}: damaged")
+        return (yield from real(job))
+
+    monkeypatch.setattr(pipeline, "parse_file", failing)
+    with Store(tmp_path / "f.duckdb") as st:
+        ingest_paths(st, [corpus], mode="fleet")
+        status = dict(st.con.execute("SELECT abs_path, status FROM sources").fetchall())
+        files = sum(1 for p in corpus.rglob("*") if p.is_file())
+    assert status[str(bad)].startswith("error:") and "damaged" in status[str(bad)]
+    assert sum(s == "ok" for s in status.values()) >= files - 2     # (a duplicate may be noted as such)
+    assert len(status) == files
+
+
+def test_the_after_load_passes_skip_only_engines_with_nothing_to_do(corpus: Path, tmp_path: Path, monkeypatch):
+    found = tmp_path / "found.duckdb"
+    with Store(found) as st:
+        ingest_paths(st, [corpus], mode="fleet")
+    every = [(step, "SELECT engine FROM sources") for step, _ in pipeline._AFTER_LOAD]
+    monkeypatch.setattr(pipeline, "_AFTER_LOAD", every)
+    forced = tmp_path / "forced.duckdb"
+    with Store(forced) as st:
+        ingest_paths(st, [corpus], mode="fleet")
+    assert _tables(found) == _tables(forced)
+    with Store(found) as st:          # the corpus does give the passes work: joins, clocks, dated lines
+        assert st.scalar("SELECT count(*) FROM stack_joins") > 0
