@@ -17,7 +17,7 @@ from typing import Any
 
 from ...ranks import rank_key
 from ...store import Store
-from .segments import Segment, fmt
+from .segments import WDF, Segment, drop_temp, fmt, in_seg, segments_table
 
 TOGETHER_S = 1.0
 
@@ -36,25 +36,39 @@ class Freeze:
     ts_basis: str = "read"
 
 
-def rank_stops(store: Store, seg: Segment, stall: dict | None) -> tuple[list[dict], Freeze | None]:
-    """The per-rank stop rows of one run and its freeze verdict (None when the evidence cannot say)."""
-    if stall is not None:
-        stops, fz = _from_batch_lines(store, seg, stall)
-        if fz is not None:
-            return stops, fz
-    return _from_watchdogs(store, seg, stall)
+Key = tuple[str, int]         # (engine, segment)
+FZ = "_hf_freeze_runs"        # the runs judged by their watchdogs, and since when a firing counts
 
 
-def _from_batch_lines(store: Store, seg: Segment, stall: dict) -> tuple[list[dict], Freeze | None]:
-    w, p = seg.where()
+def rank_stops_all(store: Store, segs: list[Segment], stalls: dict[Key, dict | None],
+                   prog: dict[Key, list[dict]]) -> dict[Key, tuple[list[dict], Freeze | None]]:
+    """Per run: its per-rank stop rows and its freeze verdict (None when the evidence cannot say).
+    ``prog``: each run's per-rank progress rows (stalls._progress_by_rank); the watchdog firings are read
+    from the temporary table WDF in one query."""
+    out: dict[Key, tuple[list[dict], Freeze | None]] = {}
+    rest = []
+    for seg in segs:
+        key = (seg.engine, seg.index)
+        stall = stalls.get(key)
+        if stall is not None:
+            stops, fz = _from_batch_lines(seg, stall, prog.get(key, []))
+            if fz is not None:
+                out[key] = (stops, fz)
+                continue
+        rest.append(seg)
+    fired = _fired(store, rest, stalls)
+    for seg in rest:
+        key = (seg.engine, seg.index)
+        out[key] = _from_watchdogs(seg, stalls.get(key), fired.get(key, []), prog.get(key, []))
+    return out
+
+
+def _from_batch_lines(seg: Segment, stall: dict, ranks: list[dict]) -> tuple[list[dict], Freeze | None]:
     e = seg.engine
-    per_rank = store.query(
-        # ties (several lines in one clock second) broken by file and line: the same evidence however loaded
-        f"""SELECT rank, max(ts) AS stopped_at, arg_max(path, (ts, path, line)) AS path,
-                   arg_max(line, (ts, path, line)) AS line, bool_and(batch_kind = 'step') AS steps
-            FROM progress WHERE engine = ? {w} AND ts IS NOT NULL AND batch_kind <> 'vllm'
-            GROUP BY rank ORDER BY stopped_at, path, line""",
-        [e, *p])
+    # ties (several lines in one clock second) broken by file and line: the same evidence however loaded
+    per_rank = sorted(({"rank": r["rank"], "stopped_at": r["stopped_at"], "path": r["stop_path"],
+                        "line": r["stop_line"], "steps": r["steps"]} for r in ranks if r["n_batch"]),
+                      key=lambda r: (r["stopped_at"], r["path"], r["line"]))
     if len(per_rank) < 2:
         return [], None
     # a torch job's own step lines, else SGLang's batch lines
@@ -79,24 +93,40 @@ def _from_batch_lines(store: Store, seg: Segment, stall: dict) -> tuple[list[dic
                         f"prime suspect.", ev[: len(early)] + [{"file": nxt["path"], "line": nxt["line"]}])
 
 
-def _from_watchdogs(store: Store, seg: Segment, stall: dict | None) -> tuple[list[dict], Freeze | None]:
+def _fired(store: Store, segs: list[Segment], stalls: dict[Key, dict | None]) -> dict[Key, list[dict]]:
+    """Per run, each rank's first scheduler-watchdog firing of the run's first episode (after the stall's
+    onset, when read), in firing order."""
+    after = []
+    for seg in segs:
+        stall = stalls.get((seg.engine, seg.index))
+        after.append(stall["onset"] if stall and stall.get("ts_basis") == "read" else datetime.min)
+    segments_table(store, FZ, segs, after=("TIMESTAMP", after))
+    try:
+        rows = store.query(
+            f"""WITH wd AS (
+                  SELECT q.engine, q.seg, w.rank, w.fired_at AS ts, w.path, w.line,
+                         TRY_CAST(json_extract_string(w.attrs, '$.timeout') AS DOUBLE) AS timeout
+                  FROM {WDF} w JOIN {FZ} q ON q.engine = w.engine AND w.fired_at > q.after AND {in_seg('w.ts', 'q')}
+                  WHERE w.rank <> '' AND coalesce(json_extract_string(w.attrs, '$.who'), 'Scheduler') = 'Scheduler')
+                SELECT engine, seg, rank, min(ts) AS fired_at, arg_min(path, (ts, path, line)) AS path,
+                       arg_min(line, (ts, path, line)) AS line, max(timeout) AS timeout
+                FROM wd GROUP BY ALL""")
+    finally:
+        drop_temp(store, FZ)
+    out: dict[Key, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: (r["fired_at"], r["path"], r["line"])):
+        out.setdefault((r["engine"], r["seg"]), []).append(r)
+    return out
+
+
+def _from_watchdogs(seg: Segment, stall: dict | None, fired: list[dict],
+                    progress: list[dict]) -> tuple[list[dict], Freeze | None]:
     """Each rank's first scheduler-watchdog firing of the run's first episode (before progress resumed)."""
-    w, p = seg.where()
     e = seg.engine
-    after = stall["onset"] if stall and stall.get("ts_basis") == "read" else datetime.min
-    fired = store.query(
-        f"""WITH wd AS (
-              SELECT rank, fired_at AS ts, path, line,
-                     TRY_CAST(json_extract_string(attrs, '$.timeout') AS DOUBLE) AS timeout
-              FROM watchdog_fires WHERE engine = ? AND fired_at > ? AND rank <> '' {w}
-              AND coalesce(json_extract_string(attrs, '$.who'), 'Scheduler') = 'Scheduler')
-            SELECT rank, min(ts) AS fired_at, arg_min(path, (ts, path, line)) AS path,
-                   arg_min(line, (ts, path, line)) AS line, max(timeout) AS timeout
-            FROM wd GROUP BY rank ORDER BY fired_at, path, line""", [e, after, *p])
     if len(fired) < 2:
         return [], None
     first, last = fired[0]["fired_at"], fired[-1]["fired_at"]
-    if stall is None and store.scalar(f"SELECT count(*) FROM progress WHERE engine = ? AND ts > ? {w}", [e, first, *p]):
+    if stall is None and any(r["last"] is not None and r["last"] > first for r in progress):
         return [], None                 # progress resumed after the watchdogs fired: slow, not frozen
     spread = (last - first).total_seconds()
     ev = [{"file": r["path"], "line": r["line"]} for r in fired]

@@ -4,9 +4,12 @@ within one run, so a restart never joins two runs' evidence."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import duckdb
 
 from ...store import Store
 
@@ -37,9 +40,20 @@ class Segment:
 
 
 def segments_of(store: Store, engine: str) -> list[Segment]:
-    starts = [r["ts"] for r in store.query(
-        "SELECT ts FROM events WHERE engine = ? AND kind IN ('server_args', 'vllm_start') AND ts IS NOT NULL "
-        "ORDER BY ts", [engine])]
+    return segments_all(store, [engine])[engine]
+
+
+def segments_all(store: Store, engines: list[str]) -> dict[str, list[Segment]]:
+    """The runs of every engine of ``engines``, read in one query."""
+    starts: dict[str, list[datetime]] = {e: [] for e in engines}
+    for r in store.query(
+            "SELECT engine, ts FROM events WHERE list_contains(?, engine) AND kind IN ('server_args', 'vllm_start') "
+            "AND ts IS NOT NULL ORDER BY engine, ts", [engines]):
+        starts[r["engine"]].append(r["ts"])
+    return {e: _segments(e, ts) for e, ts in starts.items()}
+
+
+def _segments(engine: str, starts: list[datetime]) -> list[Segment]:
     bounds: list[datetime] = []
     for t in starts:
         if not bounds or (t - bounds[-1]).total_seconds() > SAME_START_S:
@@ -60,3 +74,36 @@ def segment_of(segs: list[Segment], ts: datetime | None) -> int:
 
 def fmt(ts: datetime | None) -> str:
     return ts.strftime("%Y-%m-%d %H:%M:%S") if ts else "?"
+
+
+def in_seg(col: str, s: str = "s") -> str:
+    """SQL keeping ``col`` inside the run of the joined row ``s`` (columns seg_start, seg_end), with
+    ``Segment.where``'s semantics: an unbounded run keeps undated rows too."""
+    return f"({s}.seg_start IS NULL OR {col} >= {s}.seg_start) AND ({s}.seg_end IS NULL OR {col} < {s}.seg_end)"
+
+
+def temp_table(store: Store, name: str, cols: dict[str, tuple[str, list[Any]]]) -> None:
+    """(Re)create the temporary table ``name`` from parallel lists: {column: (SQL type, values)}, so that
+    set-wise queries join their per-run or per-rank parameters instead of running once per run."""
+    sel = ", ".join(f"unnest(${i + 1}::{typ}[]) AS {col}" for i, (col, (typ, _)) in enumerate(cols.items()))
+    store.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {sel}", [v for _, v in cols.values()])
+
+
+def segments_table(store: Store, name: str, segs: list[Segment], **extra: tuple[str, list[Any]]) -> None:
+    """A temporary table of runs (engine, seg, seg_start, seg_end) and per-run ``extra`` columns."""
+    temp_table(store, name, {"engine": ("VARCHAR", [s.engine for s in segs]),
+                             "seg": ("INTEGER", [s.index for s in segs]),
+                             "seg_start": ("TIMESTAMP", [s.start for s in segs]),
+                             "seg_end": ("TIMESTAMP", [s.end for s in segs]), **extra})
+
+
+def drop_temp(store: Store, *names: str) -> None:
+    # after a failed statement the transaction is aborted: its rollback drops them, and the error is the first
+    with contextlib.suppress(duckdb.TransactionException):
+        for n in names:
+            store.con.execute(f"DROP TABLE IF EXISTS temp.{n}")
+
+
+# Temporary tables shared by the set-wise passes of one stalls.rebuild
+SEGS = "_hf_segs"             # every run of the engines being judged (segments_table)
+WDF = "_hf_wdf"               # their rows of the watchdog_fires view, read once
