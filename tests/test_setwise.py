@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import DATA
 
 from hangforensics.analysis.findings import run_rules
 from hangforensics.analysis.summaries import incidents
 from hangforensics.ingest import load, pipeline
 from hangforensics.ingest.pipeline import ingest_paths
 from hangforensics.store import Store
-
-from conftest import DATA
 
 # One engine of each kind of evidence the families corpus holds: Flight Recorder, NCCL RAS, torch timeouts
 # pasted, idle, vLLM, restart, a fleet-wide signature, a torch job, a stall with stacks.
