@@ -2,6 +2,7 @@
 
     python bench/generate.py big OUT.log --mb 200
     python bench/generate.py fleet OUT_DIR --engines 300 --mb-per-engine 1
+    python bench/generate.py mixed OUT_DIR       # ~216 engines of every evidence kind, ~300 MB
 
 Deterministic (seeded).  The big log is what a busy TP8 engine prints over
 hours: Prefill/Decode batch lines from TP0 (and, with --all-ranks, every
@@ -122,6 +123,33 @@ def write_fleet(out: Path, engines: int, mb: float, seed: int = 11) -> None:
         write_engine(out / f"bench-{kind}-{i:04d}", kind, mb, rng.randint(0, 10**9))
 
 
+REPO = Path(__file__).resolve().parents[1]
+# Engine folders of every evidence kind the tests hold: SGLang releases and collectors' envelopes, stack
+# dumps of every format, Flight Recorder and NCCL RAS, torch jobs, vLLM, hostile files, real pastes.
+MIXED_SOURCES = ["tests/data/families/fleet", "tests/data/variants/fleet", "tests/data/stack_variants/fleet",
+                 "tests/data/hostile/fleet", "tests/data/real_pastes", "../shared/examples/fleet",
+                 "../shared/examples/wrapped/fleet"]
+
+
+def write_mixed(out: Path, big_engines: int = 22, big_mb: float = 12.0) -> None:
+    """A fleet of every evidence kind: each engine folder of the test corpora (and of ../shared's examples
+    when present) copied under a prefix, plus ``big_engines`` generated busy logs of ``big_mb`` MB, so that
+    bytes come mostly from batch-heavy logs as in a real fleet and engines mostly from small evidence."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    for src in MIXED_SOURCES:
+        folder = (REPO / src).resolve()
+        if not folder.is_dir():
+            continue
+        prefix = folder.parent.name if folder.name == "fleet" else folder.name
+        for engine in sorted(p for p in folder.iterdir() if p.is_dir()):
+            shutil.copytree(engine, out / f"{prefix}-{engine.name}", dirs_exist_ok=True)
+    rng = random.Random(27)
+    for i in range(big_engines):
+        write_engine(out / f"big-{i:04d}", "stalled" if i % 10 == 3 else "healthy", big_mb, rng.randint(0, 10**9))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -133,8 +161,12 @@ def main() -> None:
     f.add_argument("out", type=Path)
     f.add_argument("--engines", type=int, default=300)
     f.add_argument("--mb-per-engine", type=float, default=1.0)
+    m = sub.add_parser("mixed")
+    m.add_argument("out", type=Path)
     a = ap.parse_args()
-    if a.what == "big":
+    if a.what == "mixed":
+        write_mixed(a.out)
+    elif a.what == "big":
         a.out.parent.mkdir(parents=True, exist_ok=True)
         write_big(a.out, a.mb, a.all_ranks)
     else:

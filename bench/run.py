@@ -6,6 +6,7 @@
     python bench/run.py --sizes ""          # the fleet scans only
     python bench/run.py --sizes 445 --runs 3 --fleets ""        # the single-log figure: 3 paired runs
     python bench/run.py --fleets 300x1 --executors local,ray    # local against Ray
+    python bench/run.py --sizes 445 --fleets "" --mixed       # a fleet of every evidence kind beside one log
 
 Ingest runs are paired with ``grep -c batch`` on the same file (page cache warm) and the medians reported,
 with the ratio's median; peak memory is given for the whole tree (the sum of RSS, which counts the pages of
@@ -190,6 +191,8 @@ def main() -> None:
                     help="generated fleets to scan, ENGINESxMB_PER_ENGINE, comma-separated ('' : none)")
     ap.add_argument("--fleet-dir", action="append", default=[], type=Path,
                     help="also scan this fleet folder (an engine per subfolder: real evidence of every kind)")
+    ap.add_argument("--mixed", action="store_true",
+                    help="also scan a fleet of every evidence kind (generate.py mixed: ~216 engines, ~300 MB)")
     ap.add_argument("--executors", default="local", help="scan the first fleet with each of these executors "
                     "(local, ray); the others with the first")
     ap.add_argument("--runs", type=int, default=3, help="paired grep / ingest runs per size (medians reported)")
@@ -222,6 +225,11 @@ def main() -> None:
             fleet_mb = sum(p.stat().st_size for p in fleet.rglob("*") if p.is_file()) / 1e6
             for mode in (modes if k == 0 else modes[:1]):
                 rows += fleet_scans(fleet, fleet_mb, engines, mode, tmp)
+        if a.mixed:
+            mixed = DATA / "mixed"
+            if not mixed.exists():
+                subprocess.run([sys.executable, str(HERE / "generate.py"), "mixed", str(mixed)], check=True)
+            a.fleet_dir.append(mixed)
         for folder in a.fleet_dir:
             engines = sum(1 for p in folder.iterdir() if p.is_dir())
             fleet_mb = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
