@@ -68,7 +68,20 @@ def load_rule(path: Path) -> Rule:
 
 def load_rules(directory: Path | None = None) -> list[Rule]:
     d = directory or rules_dir()
-    rules = [load_rule(p) for p in sorted(d.glob("*.toml"))]
+    paths = sorted(d.glob("*.toml"))
+    # every incident report reads the rules: parsed again only when a file changed
+    key = tuple((str(p), st.st_mtime_ns, st.st_size) for p in paths for st in [p.stat()])
+    if key not in _PARSED:
+        _PARSED.clear()
+        _PARSED[key] = _load(paths)
+    return list(_PARSED[key])
+
+
+_PARSED: dict[tuple, list[Rule]] = {}
+
+
+def _load(paths: list[Path]) -> list[Rule]:
+    rules = [load_rule(p) for p in paths]
     ids = [r.id for r in rules]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:

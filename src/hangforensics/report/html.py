@@ -215,7 +215,7 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
     # progress: batch lines, or vLLM stats lines with generation throughput (one row per engine core)
     counts = store.query(
         "SELECT rank, CAST(floor(epoch(ts - ?::TIMESTAMP) / ?) AS INTEGER) AS b, count(*) AS n FROM progress "
-        "WHERE engine = ? AND ts >= ? AND ts <= ? GROUP BY ALL", [t0, bucket_s, engine, t0, t1])
+        "WHERE engine = ? AND ts >= ? AND ts <= ? GROUP BY ALL ORDER BY rank, b", [t0, bucket_s, engine, t0, t1])
     kinds = {r["rank"]: r["k"] for r in store.query(
         "SELECT rank, max(batch_kind) AS k FROM progress WHERE engine = ? GROUP BY rank", [engine])}
     ranks = sorted(kinds, key=rank_key)
