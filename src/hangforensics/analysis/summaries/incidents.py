@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from ...store import Store
-from ..progress.segments import SAME_START_S, Segment, segment_of
+from ..progress.segments import Segment, segment_of, segments_all
 from ..rules import SEVERITY_RANK
 
 
@@ -34,10 +34,7 @@ def build_many(store: Store, engines: list[str], scan_id: int) -> dict[str, list
     grouping over its own rows."""
     if not engines:
         return {}
-    starts: dict[str, list[datetime]] = defaultdict(list)
-    for r in store.query("SELECT engine, ts FROM events WHERE list_contains(?, engine) "
-                         "AND kind IN ('server_args', 'vllm_start') AND ts IS NOT NULL ORDER BY engine, ts", [engines]):
-        starts[r["engine"]].append(r["ts"])
+    runs = segments_all(store, engines)
     # finding_id breaks ties of ts as the storage order did when each engine was read on its own
     findings: dict[str, list[dict]] = defaultdict(list)
     for r in store.query("SELECT * FROM findings WHERE list_contains(?, engine) "
@@ -50,20 +47,8 @@ def build_many(store: Store, engines: list[str], scan_id: int) -> dict[str, list
     for r in store.query("SELECT engine, incident_id, first_seen_scan FROM incidents "
                          "WHERE list_contains(?, engine)", [engines]):
         known[r["engine"]][r["incident_id"]] = r
-    return {e: _build(e, _segments(e, starts.get(e, [])), findings.get(e, []), stalls.get(e, {}),
-                      known.get(e, {}), scan_id) for e in engines}
-
-
-def _segments(engine: str, starts: list[datetime]) -> list[Segment]:
-    """segments_of's runs from the engine's start times (sorted), read for every engine at once."""
-    bounds: list[datetime] = []
-    for t in starts:
-        if not bounds or (t - bounds[-1]).total_seconds() > SAME_START_S:
-            bounds.append(t)
-    if not bounds:
-        return [Segment(engine, 0, None, None)]
-    return [Segment(engine, i, None if i == 0 else t, bounds[i + 1] if i + 1 < len(bounds) else None)
-            for i, t in enumerate(bounds)]
+    return {e: _build(e, runs[e], findings.get(e, []), stalls.get(e, {}), known.get(e, {}), scan_id)
+            for e in engines}
 
 
 def _build(engine: str, segs: list[Segment], findings: list[dict], stalls: dict[int, dict],
