@@ -118,8 +118,7 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
     ``counter.tasks`` (when given) counts the pieces handed to workers."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
     try:
-        # workers with the compiled scanner loaded (once, in the fork server) read logs of any size with it
-        with worker_pool(jobs, scanner=any(p.kind == "server_log" for p in work)) as pool:
+        with worker_pool(jobs, scanner=any(splittable(p) for p in work)) as pool:
             ranges = _Ranges(pool, tmp, window=jobs + 2)
             split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
             # the ranges' first lines, while the fork server loads (the first submit waits for it)

@@ -33,17 +33,11 @@ class _Off(Exception):
 
 
 def scan_min_bytes() -> int:
-    """SCAN_MIN_BYTES, or HANGFORENSICS_SCAN_MIN_BYTES (the tests run every corpus through the scanner).
-    0 in a process whose scanner is warm already (a parser worker forked from a fork server that loaded it):
-    its start-up is paid, and the scanner reads a 1 MB log in about half the CPU of the general parser."""
-    env = os.environ.get("HANGFORENSICS_SCAN_MIN_BYTES")
-    if env is not None:
-        return int(env)
-    return 0 if _warm else SCAN_MIN_BYTES
+    """SCAN_MIN_BYTES, or HANGFORENSICS_SCAN_MIN_BYTES (the tests run every corpus through the scanner)."""
+    return int(os.environ.get("HANGFORENSICS_SCAN_MIN_BYTES", SCAN_MIN_BYTES))
 
 
 _scanner: Any = None       # the sglang_scan module once imported; False: unusable in this process
-_warm = False              # its compiled code is loaded (warm_scanner ran)
 
 
 def scanner() -> Any:
@@ -83,9 +77,6 @@ def warm_scanner() -> None:
         sc.gather(buf, np.zeros(1, np.int64), np.ones(1, np.int64))
     except Exception as e:                  # noqa: BLE001 (as in ScanGroup.add: the general parser then)
         _disable(e)
-        return
-    global _warm
-    _warm = True
 
 
 # The scanner reads a chunk this many lines at a time: its per-line arrays (some 300 bytes a line) stay small.
