@@ -53,6 +53,8 @@ def test_an_appended_arrow_table_is_let_go_before_the_transaction_ends(tmp_path)
     import pyarrow as pa
 
     with Store(tmp_path / "db.duckdb") as st:
+        st.append("sources", [{"source_id": 1, "path": "e/x.log", "abs_path": "/x", "engine": "e",
+                               "kind": "server_log", "status": "ok"}])
         base = pa.total_allocated_bytes()
         with st.transaction():
             for _ in range(3):
@@ -63,3 +65,58 @@ def test_an_appended_arrow_table_is_let_go_before_the_transaction_ends(tmp_path)
                 gc.collect()
                 assert pa.total_allocated_bytes() - base < 1_000_000, "the appended table is still held"
         assert st.scalar("SELECT count(*) FROM batches") == 600_000
+
+
+def _two_engines(st: Store) -> None:
+    """A vLLM engine (stats and access lines) and an SGLang one (batch lines), each with its 'server.log'."""
+    from hangforensics.ingest.pipeline import ingest_paths
+
+    ingest_paths(st, [REPO / "tests/data/vllm/v1-hung", REPO / "tests/data/variants/fleet/ams9-qwen25-72b-memchk-44"])
+
+
+def test_bulk_rows_name_their_file_by_source_id(tmp_path):
+    """Batches, access lines and vLLM stats lines store their file's source_id, not its engine and path
+    text; their views take both from sources.  Rows that name no ingested file are refused."""
+    import pytest
+
+    from hangforensics.store import SOURCE_KEYED, physical
+
+    with Store(tmp_path / "h.duckdb") as st:
+        _two_engines(st)
+        for name, path in SOURCE_KEYED.items():
+            stored = {r["column_name"] for r in st.query(f"DESCRIBE {physical(name)}")}
+            assert "source_id" in stored and not {"engine", path} & stored, name
+            assert st.scalar(f"SELECT count(*) FROM {name}") > 0, name
+            # every row's engine and path are those of the file it was read from
+            assert st.scalar(f"""SELECT count(*) FROM {name} v ANTI JOIN sources s
+                                 ON s.engine = v.engine AND s.path = v.{path}""") == 0
+        assert {r["engine"] for r in st.query("SELECT DISTINCT engine FROM vllm_stats")} == {"v1-hung"}
+        with pytest.raises(ValueError, match="not in sources"):
+            st.append("batches", [{"engine": "v1-hung", "path": "other.log", "line": 1}])
+
+
+def test_a_version_6_database_is_rekeyed(tmp_path):
+    """Migration 6 -> 7 rewrites the bulk tables of an older database (engine and path text on every row)
+    with their files' source_id: the views show the same rows as before."""
+    from hangforensics.store import SOURCE_KEYED, TABLES, physical
+    from hangforensics.store.schema import keyed_columns
+
+    db = tmp_path / "h.duckdb"
+    with Store(db) as st:
+        _two_engines(st)
+        want = {n: sorted(st.con.execute(f"SELECT * FROM {n}").fetchall(), key=repr) for n in SOURCE_KEYED}
+        for name, path in SOURCE_KEYED.items():            # back to schema 6's tables
+            t = physical(name)
+            rest = [c for c in keyed_columns(name) if c not in ("engine", path)]
+            st.con.execute(f"CREATE TABLE {t}_v6 ({TABLES[name]})")
+            st.con.execute(f"INSERT INTO {t}_v6 (engine, {path}, {', '.join(rest)}) SELECT s.engine, s.path, "
+                           f"{', '.join('r.' + c for c in rest)} FROM {t} r JOIN sources s USING (source_id)")
+            st.con.execute(f"DROP VIEW {name}")
+            st.con.execute(f"DROP TABLE {t}")
+            st.con.execute(f"ALTER TABLE {t}_v6 RENAME TO {t}")
+        st.con.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    with Store(db) as st:
+        assert st.opened_at_version == 6
+        got = {n: sorted(st.con.execute(f"SELECT * FROM {n}").fetchall(), key=repr) for n in SOURCE_KEYED}
+        assert got == want
+        assert "engine" not in {r["column_name"] for r in st.query("DESCRIBE t_batches")}

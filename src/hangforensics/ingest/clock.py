@@ -25,7 +25,7 @@ def align_engine_clocks(store: Store, engine: str) -> dict[str, float]:
     """Set clock_offset_s for every node log of ``engine``; return {node: offset_s}."""
     nodes = store.query(
         """SELECT s.node, list(s.path) AS paths,
-                  (SELECT count(*) FROM t_http_requests h WHERE h.engine = s.engine AND list_contains(list(s.path), h.file))
+                  (SELECT count(*) FROM t_http_requests h WHERE list_contains(list(s.source_id), h.source_id))
                   + (SELECT count(*) FROM t_events e WHERE e.engine = s.engine AND e.kind = 'server_args'
                      AND list_contains(list(s.path), e.path)) AS main_score
            FROM sources s WHERE s.engine = ? AND s.kind = 'server_log' AND s.status = 'ok'
@@ -63,15 +63,16 @@ def _milestones(store: Store, engine: str, paths: list[str]) -> dict:
 # Records whose lines print no time of their own: access lines (uvicorn's default format, vLLM's API
 # server) and torch ProcessGroupNCCL lines of torch < 2.3 ('[rank2]:[E ProcessGroupNCCL.cpp:523] ...').
 _BOTH_CLOCKS = """
-    WITH both_clocks AS (
-        SELECT path AS f, epoch_us(ts) - epoch_us(collected_ts) AS d FROM t_batches
-        WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL
+    WITH src AS (SELECT source_id, path FROM sources WHERE engine = $1),
+    both_clocks AS (
+        SELECT src.path AS f, epoch_us(ts) - epoch_us(collected_ts) AS d FROM t_batches JOIN src USING (source_id)
+        WHERE ts IS NOT NULL AND collected_ts IS NOT NULL
         UNION ALL
         SELECT path, epoch_us(ts) - epoch_us(collected_ts) FROM t_events
         WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL
         UNION ALL
-        SELECT file, epoch_us(ts) - epoch_us(collected_ts) FROM t_http_requests
-        WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL),
+        SELECT src.path, epoch_us(ts) - epoch_us(collected_ts) FROM t_http_requests JOIN src USING (source_id)
+        WHERE ts IS NOT NULL AND collected_ts IS NOT NULL),
     per_file AS (SELECT f, median(d) AS d FROM both_clocks GROUP BY f),
     per_engine AS (SELECT median(d) AS d FROM both_clocks)"""
 
@@ -80,14 +81,18 @@ _BOTH_CLOCKS = """
 TORCH_JOB_TIMELESS = "('c10d_error', 'rank_traceback')"
 
 
-def _align_table(store: Store, engine: str, table: str, file_col: str, only: str) -> None:
+def _align_table(store: Store, engine: str, table: str, only: str) -> None:
+    # the row's file: a source-keyed table's by its source
+    keyed = table == "t_http_requests"
+    file = "(SELECT path FROM src WHERE src.source_id = h.source_id)" if keyed else "h.path"
+    mine = "h.source_id IN (SELECT source_id FROM src)" if keyed else "h.engine = $1"
     store.con.execute(
         _BOTH_CLOCKS + f"""
         UPDATE {table} AS h
         SET ts = h.collected_ts + to_microseconds(CAST(COALESCE(
-                (SELECT d FROM per_file WHERE f = h.{file_col}), (SELECT d FROM per_engine)) AS BIGINT))
-        WHERE h.engine = $1 AND h.ts IS NULL AND h.collected_ts IS NOT NULL AND {only}
-          AND (EXISTS (SELECT 1 FROM per_file WHERE f = h.{file_col})
+                (SELECT d FROM per_file WHERE f = {file}), (SELECT d FROM per_engine)) AS BIGINT))
+        WHERE {mine} AND h.ts IS NULL AND h.collected_ts IS NOT NULL AND {only}
+          AND (EXISTS (SELECT 1 FROM per_file WHERE f = {file})
                OR (SELECT d FROM per_engine) IS NOT NULL)""",
         [engine])
 
@@ -99,18 +104,19 @@ def align_envelope_times(store: Store, engine: str) -> int:
     time differs by hours; a viewer's clock by anything), else the engine's (the same collector's other
     files).  A timeless torch line without an envelope time is dated by the dated record before it in
     its file (an estimate: it was printed at or after that).  Returns the number of rows dated."""
-    count = ("SELECT (SELECT count(*) FROM t_http_requests WHERE engine = $1 AND ts IS NULL) + "
+    count = ("SELECT (SELECT count(*) FROM t_http_requests JOIN sources USING (source_id) "
+             "WHERE engine = $1 AND ts IS NULL) + "
              "(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind = 'torch_nccl') + "
              f"(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind IN {TORCH_JOB_TIMELESS} "
              "AND collected_ts IS NOT NULL)")
     pending = store.scalar(count, [engine])
     if not pending:
         return 0
-    _align_table(store, engine, "t_http_requests", "file", "TRUE")
-    _align_table(store, engine, "t_events", "path", "h.kind = 'torch_nccl'")
+    _align_table(store, engine, "t_http_requests", "TRUE")
+    _align_table(store, engine, "t_events", "h.kind = 'torch_nccl'")
     # a torch job's timeless error lines take their envelope's time only: the record before them says
     # little (a gloo timeout is printed its whole timeout after the job's last line)
-    _align_table(store, engine, "t_events", "path", f"h.kind IN {TORCH_JOB_TIMELESS}")
+    _align_table(store, engine, "t_events", f"h.kind IN {TORCH_JOB_TIMELESS}")
     _date_by_record_before(store, engine)
     return pending - store.scalar(count, [engine])
 
@@ -118,10 +124,11 @@ def align_envelope_times(store: Store, engine: str) -> int:
 def _date_by_record_before(store: Store, engine: str) -> None:
     """Timeless torch lines with no envelope time: the time of the nearest dated record above them."""
     store.con.execute(
-        """WITH dated AS (
+        """WITH src AS (SELECT source_id, path FROM sources WHERE engine = $1),
+           dated AS (
                SELECT path, line, ts FROM t_events WHERE engine = $1 AND ts IS NOT NULL
-               UNION ALL SELECT path, line, ts FROM t_batches WHERE engine = $1 AND ts IS NOT NULL
-               UNION ALL SELECT file, line, ts FROM t_http_requests WHERE engine = $1 AND ts IS NOT NULL),
+               UNION ALL SELECT src.path, line, ts FROM t_batches JOIN src USING (source_id) WHERE ts IS NOT NULL
+               UNION ALL SELECT src.path, line, ts FROM t_http_requests JOIN src USING (source_id) WHERE ts IS NOT NULL),
            bare AS (SELECT path, line FROM t_events
                     WHERE engine = $1 AND ts IS NULL AND kind = 'torch_nccl' AND collected_ts IS NULL),
            prev AS (SELECT b.path, b.line, d.ts FROM bare b

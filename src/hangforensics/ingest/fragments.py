@@ -32,8 +32,8 @@ from ..parsers.stacks.pyspy import CONTINUATION_TID
 from ..store import Store
 
 # Typed rows that a dump's end must not be followed by (unparsed lines may: fences, prose, a cut remainder)
-_AFTER = (("t_events", "COALESCE(line_end, line)", "path"), ("t_batches", "line", "path"),
-          ("t_http_requests", "line", "file"), ("t_stacks", "line", "path"), ("t_leak_reports", "line", "path"),
+_AFTER = (("t_events", "COALESCE(line_end, line)", "path"), ("batches", "line", "path"),
+          ("http_requests", "line", "file"), ("t_stacks", "line", "path"), ("t_leak_reports", "line", "path"),
           ("process_samples", "line", "path"))
 
 

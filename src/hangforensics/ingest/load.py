@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..readers.layout import EvidenceFile
-from ..store import LOADED_TABLES, Store, physical
+from ..store import LOADED_TABLES, SOURCE_KEYED, Store, physical
 from .fragments import unjoin_engine
 from .jobs import CHECKPOINT, FileOutcome, batch_to_arrow, with_result
 from .plan import Plan
@@ -48,17 +48,20 @@ def load_file(store: Store, p: Plan, batches: Iterator[tuple[str, Any]]) -> File
             forget_source(store, p.prev)
         result: list[FileOutcome] = []
         committed_at = p.job().start_offset
+        sid = _source_id(store, p)
         for table, rows in with_result(batches, result):
             if table == CHECKPOINT:
                 if rows.read_bytes - committed_at >= COMMIT_BYTES:
-                    _finish_source(store, p, rows, status="partial")
+                    _finish_source(store, p, rows, sid, status="partial")
                     store.con.execute("COMMIT")
                     store.con.execute("BEGIN TRANSACTION")
                     committed_at = rows.read_bytes
                 continue
-            _append(store, table, rows)
+            arrow = batch_to_arrow(rows)
+            if arrow is not None:
+                store.append(table, arrow, source_id=sid)
         outcome = result[0] or FileOutcome()
-        _finish_source(store, p, outcome)
+        _finish_source(store, p, outcome, sid)
         bump_engine(store, p.file.engine)
         store.con.execute("COMMIT")
         return outcome
@@ -80,23 +83,23 @@ def load_file(store: Store, p: Plan, batches: Iterator[tuple[str, Any]]) -> File
         return FileOutcome(status=f"error: {e}")
 
 
-def _append(store: Store, table: str, rows: Any) -> None:
-    arrow = batch_to_arrow(rows)
-    if arrow is not None:
-        store.append(table, arrow)
+def _source_id(store: Store, p: Plan) -> int:
+    """The source_id the file's rows and manifest row take: the row it resumes, else its own row (the first
+    commit of a large log), else a new one."""
+    if p.prev is not None and p.action in ("resume", "rename"):
+        return p.prev["source_id"]
+    sid = store.scalar("SELECT source_id FROM sources WHERE abs_path = ?", [str(p.file.abs_path)])
+    return sid if sid is not None else store.scalar("SELECT COALESCE(MAX(source_id), 0) + 1 FROM sources")
 
 
-def _finish_source(store: Store, p: Plan, outcome: FileOutcome, status: str | None = None) -> None:
+def _finish_source(store: Store, p: Plan, outcome: FileOutcome, sid: int, status: str | None = None) -> None:
     """Write the file's manifest row: counts so far (continuing the row it resumes), resume point, status."""
     prev = p.prev if p.action in ("resume", "rename") else None
     lines, unparsed = outcome.lines, outcome.unparsed
     if prev is not None:
         lines += prev["lines"] or 0
         unparsed += prev["unparsed_lines"] or 0
-    sid = prev["source_id"] if prev else store.scalar("SELECT source_id FROM sources WHERE abs_path = ?",
-                                                      [str(p.file.abs_path)])
-    if sid is not None:
-        store.con.execute("DELETE FROM sources WHERE source_id = ?", [sid])
+    store.con.execute("DELETE FROM sources WHERE source_id = ?", [sid])
     notes = outcome.notes.summary()
     if prev is not None and prev.get("note"):     # a resumed read: earlier notes stand, a held tail is done
         notes = [n for n in prev["note"].split("; ") if not n.startswith("last line unfinished")
@@ -142,19 +145,19 @@ class LoadGroup:
             if p.prev is not None:
                 forget_source(store, p.prev)
                 self.known_ids.pop(p.prev["abs_path"], None)
+            sid = self.known_ids.pop(str(p.file.abs_path), None)
+            if sid is not None:
+                store.con.execute("DELETE FROM sources WHERE source_id = ?", [sid])
+            else:
+                sid, self.next_id = self.next_id, self.next_id + 1
             result: list[FileOutcome] = []
             for table, rows in with_result(batches, result):
                 if table == CHECKPOINT:
                     continue
                 arrow = batch_to_arrow(rows)
                 if arrow is not None:
-                    self.rows.setdefault(table, []).append(arrow)
+                    self.rows.setdefault(table, []).append(_keyed(table, arrow, sid))
             outcome = result[0] or FileOutcome()
-            sid = self.known_ids.pop(str(p.file.abs_path), None)
-            if sid is not None:
-                store.con.execute("DELETE FROM sources WHERE source_id = ?", [sid])
-            else:
-                sid, self.next_id = self.next_id, self.next_id + 1
             self.sources.append(_source_row(
                 p.file, p.kind, p.st, p.head_hash, p.compressed, outcome.lines, outcome.unparsed,
                 outcome.read_bytes, status=outcome.status, source_id=sid, release_hint=outcome.release,
@@ -197,6 +200,17 @@ class LoadGroup:
         self.rows, self.sources, self.bumps = {}, [], {}
         self.bytes = self.files = 0
         self.known_ids = None
+
+
+def _keyed(table: str, arrow: Any, sid: int) -> Any:
+    """A SOURCE_KEYED table's rows with their file as a ``source_id`` column (files share a group's insert)."""
+    if table not in SOURCE_KEYED:
+        return arrow
+    import numpy as np
+    import pyarrow as pa
+
+    drop = [c for c in ("engine", SOURCE_KEYED[table]) if c in arrow.column_names]
+    return arrow.drop_columns(drop).append_column("source_id", pa.array(np.full(arrow.num_rows, sid, np.int32)))
 
 
 def _concatenated(tables: list[Any]) -> list[Any]:
@@ -266,7 +280,7 @@ def apply_renames(store: Store, renames: list[Plan]) -> None:
                 tmp = f"\x00renamed:{p.prev['source_id']}"
                 src, dst = (p.prev["path"], tmp) if phase == 0 else (tmp, p.file.rel_path)
                 for table in LOADED_TABLES:
-                    if table == "frames":
+                    if table == "frames" or table in SOURCE_KEYED:      # (their rows name the source by id)
                         continue
                     col = "file" if table == "http_requests" else "path"
                     store.con.execute(f"UPDATE {physical(table)} SET {col} = ? WHERE engine = ? AND {col} = ?",
@@ -289,6 +303,9 @@ def forget_source(store: Store, row: dict) -> None:
             store.con.execute(
                 "DELETE FROM frames WHERE dump_id IN (SELECT dump_id FROM t_stacks WHERE engine = ? AND path = ?)",
                 [row["engine"], row["path"]])
+            continue
+        if table in SOURCE_KEYED:
+            store.con.execute(f"DELETE FROM {physical(table)} WHERE source_id = ?", [row["source_id"]])
             continue
         store.con.execute(f"DELETE FROM {physical(table)} WHERE engine = ? AND {col} = ?",
                           [row["engine"], row["path"]])

@@ -134,7 +134,7 @@ _AFTER_LOAD = [
     (rank_snapshots, "SELECT engine FROM process_samples WHERE rank IS NULL"),
     (align_engine_clocks, """SELECT engine FROM sources WHERE kind = 'server_log' AND status = 'ok'
                              GROUP BY engine HAVING count(DISTINCT COALESCE(node, chr(0))) >= 2"""),
-    (align_envelope_times, f"""SELECT engine FROM t_http_requests WHERE ts IS NULL
+    (align_envelope_times, f"""SELECT engine FROM t_http_requests JOIN sources USING (source_id) WHERE ts IS NULL
                                UNION SELECT engine FROM t_events WHERE ts IS NULL AND (kind = 'torch_nccl'
                                  OR kind IN {TORCH_JOB_TIMELESS} AND collected_ts IS NOT NULL)"""),
     # after the logs: it aligns to their clock

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from .docs import CONTRACT_COLUMNS, VIEW_COLUMNS, VIEW_NOTES, schema_markdown, table_columns
-from .schema import CLOCKED, LOADED_TABLES, MIGRATIONS, SCHEMA_VERSION, TABLES, physical
+from .schema import CLOCKED, LOADED_TABLES, MIGRATIONS, SCHEMA_VERSION, SOURCE_KEYED, TABLES, physical
 from .views import MACROS, VIEWS, ddl_statements
 
 __all__ = [
-    "CLOCKED", "CONTRACT_COLUMNS", "LOADED_TABLES", "MACROS", "MIGRATIONS", "SCHEMA_VERSION", "TABLES", "VIEWS",
+    "CLOCKED", "CONTRACT_COLUMNS", "LOADED_TABLES", "MACROS", "MIGRATIONS", "SCHEMA_VERSION", "SOURCE_KEYED", "TABLES",
+    "VIEWS",
     "VIEW_COLUMNS", "VIEW_NOTES", "Store", "check_readable", "ddl_statements", "physical", "schema_markdown",
     "schema_version", "table_columns",
 ]

@@ -12,7 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from ..errors import DatabaseBusyError, DatabaseError
-from .schema import MIGRATIONS, SCHEMA_VERSION, TABLES, physical
+from .schema import MIGRATIONS, SCHEMA_VERSION, SOURCE_KEYED, TABLES, physical
 from .views import MACROS, ddl_statements
 
 # What ``Store.engines_only`` copies: the evidence views with many rows per engine, then the views over them
@@ -102,12 +102,14 @@ class Store:
         with self.transaction():
             for v in range(version, SCHEMA_VERSION):
                 for stmt in MIGRATIONS[v]:
-                    self.con.execute(stmt)
+                    stmt(self.con) if callable(stmt) else self.con.execute(stmt)
             self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
 
     # -- loading ---------------------------------------------------------------
-    def append(self, table: str, rows: pa.Table | Sequence[dict[str, Any]]) -> int:
-        """Append rows (an Arrow table or dicts) to ``table``, matching columns by name."""
+    def append(self, table: str, rows: pa.Table | Sequence[dict[str, Any]], source_id: int | None = None) -> int:
+        """Append rows (an Arrow table or dicts) to ``table``, matching columns by name.  The rows of a
+        SOURCE_KEYED table name their file by a ``source_id`` column, else by ``source_id`` (one file), else
+        by their engine and path, which must be a file in ``sources``."""
         if table not in TABLES:
             raise ValueError(f"unknown table {table}")
         if not isinstance(rows, pa.Table):
@@ -116,13 +118,40 @@ class Store:
             rows = pa.Table.from_pylist(list(rows))
         if rows.num_rows == 0:
             return 0
-        col_list = ", ".join(f'"{c}"' for c in rows.column_names)
         # read through DuckDB's replacement scan of this frame's variable, not register(): a registered view
         # is a catalog entry, and its old version keeps the table alive until the transaction ends (a large
         # log's 256 MB of spilled batches then stayed mapped in the writer, 200 MB more resident memory)
         _hf_incoming = rows  # noqa: F841 (read by name in the query)
-        self.con.execute(f"INSERT INTO {physical(table)} ({col_list}) SELECT {col_list} FROM _hf_incoming")
+        if table in SOURCE_KEYED:
+            self._append_keyed(table, rows, source_id)
+        else:
+            col_list = ", ".join(f'"{c}"' for c in rows.column_names)
+            self.con.execute(f"INSERT INTO {physical(table)} ({col_list}) SELECT {col_list} FROM _hf_incoming")
         return rows.num_rows
+
+    def _append_keyed(self, table: str, _hf_incoming: pa.Table, source_id: int | None) -> None:
+        """The INSERT of ``append`` into a SOURCE_KEYED table."""
+        columns = _hf_incoming.column_names
+        path = SOURCE_KEYED[table]
+        cols = [c for c in columns if c not in ("engine", path, "source_id")]
+        col_list = ", ".join(f'"{c}"' for c in cols)
+        into = f"INSERT INTO {physical(table)} (source_id{', ' if cols else ''}{col_list})"
+        if "source_id" in columns or source_id is not None:
+            key = "source_id" if "source_id" in columns else str(int(source_id))  # type: ignore[arg-type]
+            self.con.execute(f"{into} SELECT {key}{', ' if cols else ''}{col_list} FROM _hf_incoming")
+            return
+        if "engine" not in columns or path not in columns:
+            raise ValueError(f"rows of {table} name no file (source_id, or engine and {path})")
+        unknown = self.con.execute(
+            f"SELECT count(*) FROM _hf_incoming r ANTI JOIN sources s ON s.engine = r.engine AND s.path = r.{path}"
+        ).fetchone()[0]
+        if unknown:
+            raise ValueError(f"{unknown} row(s) of {table} name a file that is not in sources")
+        r_list = ", ".join(f'r."{c}"' for c in cols)
+        self.con.execute(
+            f"{into} SELECT s.source_id{', ' if cols else ''}{r_list} "
+            f"FROM _hf_incoming r JOIN (SELECT engine, path, min(source_id) AS source_id FROM sources GROUP BY ALL) s "
+            f"ON s.engine = r.engine AND s.path = r.{path}")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:

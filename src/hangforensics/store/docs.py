@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .schema import CLOCKED, SCHEMA_VERSION, TABLES, physical
+from .schema import CLOCKED, SCHEMA_VERSION, SOURCE_KEYED, TABLES, physical, physical_ddl
 from .views import VIEWS
 
 VIEW_NOTES = {
@@ -192,10 +192,11 @@ CONTRACT_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def table_columns(name: str) -> list[tuple[str, str, str]]:
-    """(column, type, meaning) of a table, read from its DDL and the ``--`` comment on each line."""
+def table_columns(name: str, ddl: str | None = None) -> list[tuple[str, str, str]]:
+    """(column, type, meaning) of a table, read from its DDL (``ddl``, else TABLES') and the ``--`` comment on
+    each line."""
     cols = []
-    for raw in TABLES[name].strip().splitlines():
+    for raw in (ddl or TABLES[name]).strip().splitlines():
         body, _, note = raw.partition("--")
         body = body.strip().rstrip(",")
         if body:
@@ -226,7 +227,9 @@ def schema_markdown() -> str:
         "",
         "Timestamps are local time without zone, on the clock of the engine's main log: the views "
         f"{', '.join(f'`{n}`' for n in CLOCKED)} add `sources.clock_offset_s` to the time each file printed "
-        "(their rows are stored in `t_<name>` tables, with the times as printed). Rank labels are written as "
+        "(their rows are stored in `t_<name>` tables, with the times as printed). The tables of the bulk of a "
+        f"log's lines ({', '.join(f'`t_{n}`' for n in SOURCE_KEYED)}) name their file by `source_id` in place "
+        "of the engine and path text: their views take both from `sources`. Rank labels are written as "
         "SGLang writes them in its log prefix (`TP3`, `DP1 TP1 EP1`); the macro `rank_num(label, 'TP')` "
         "extracts a number.",
         "",
@@ -235,6 +238,12 @@ def schema_markdown() -> str:
         "",
     ]
     for name in TABLES:
+        if name in SOURCE_KEYED:
+            out += [f"## `{name}`", "", VIEW_NOTES[name], ""] + _column_table(name, table_columns(name))
+            out += [f"### `{physical(name)}`", "", f"The rows of `{name}`, as stored: `source_id` in place of "
+                    f"`engine` and `{SOURCE_KEYED[name]}` (the view takes them from `sources`), times as printed.",
+                    ""] + _column_table(physical(name), table_columns(name, physical_ddl(name)))
+            continue
         heading = f"## `{name}` (view over `{physical(name)}`)" if name in CLOCKED else f"## `{name}`"
         out += [heading, "", VIEW_NOTES[name], ""] + _column_table(name, table_columns(name))
     out += ["## Convenience views", "",

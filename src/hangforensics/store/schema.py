@@ -7,12 +7,14 @@ docs/schema.md (generated from this file: ``python -m hangforensics.store > docs
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+from typing import Any
+
+SCHEMA_VERSION = 7
 
 # How to bring an older database up to SCHEMA_VERSION: the statements that take version N to N + 1.
 # Writing commands apply them (in one transaction) when they open an older database; read-only
 # commands say how (``hangforensics migrate``).
-MIGRATIONS: dict[int, list[str]] = {
+MIGRATIONS: dict[int, list[Any]] = {      # SQL statements, or functions of the connection
     1: ["ALTER TABLE sources ADD COLUMN IF NOT EXISTS note VARCHAR"],
     # 3: collector envelopes (sources.envelope, collected_ts), episodes (findings.count / ts_basis),
     # stall cadence; the new tables (collective_records, probes, ...) are created by their DDL.
@@ -593,6 +595,76 @@ LOADED_TABLES = ("events", "batches", "http_requests", "vllm_stats", "stacks", "
 LOADED_TABLES += ("captures", "capture_processes", "capture_dumps", "capture_failures", "process_facts")
 
 
+# The tables of the bulk of a log's lines name their file by ``source_id`` (sources.source_id), not by engine
+# and path text repeated on every row: the writer inserted those two strings per row (a fifth of the insert of
+# a batch line), and the views join ``sources`` for them (its few rows; the clock offset comes with them).
+# Each maps to its path column in the view.
+SOURCE_KEYED = {"batches": "path", "http_requests": "file", "vllm_stats": "path"}
+
+
 def physical(name: str) -> str:
     """Table that stores ``name``'s rows (raw clock for CLOCKED tables)."""
     return f"t_{name}" if name in CLOCKED else name
+
+
+def _columns(ddl: str) -> list[tuple[str, str]]:
+    """(column, its DDL line without the trailing comma) of a table's DDL."""
+    out = []
+    for raw in ddl.strip().splitlines():
+        body, sep, note = raw.partition("--")
+        body = body.strip().rstrip(",")
+        if body:
+            out.append((body.partition(" ")[0], body + (f"  {sep}{note}" if sep else "")))
+    return out
+
+
+def physical_ddl(name: str) -> str:
+    """The columns of ``physical(name)``: the view's, or for a SOURCE_KEYED table ``source_id`` in place of
+    its engine and path columns."""
+    if name not in SOURCE_KEYED:
+        return TABLES[name]
+    drop = {"engine", SOURCE_KEYED[name]}
+    lines = ["source_id INTEGER  -- the file the row was read from (sources.source_id: engine, path, clock offset)"]
+    lines += [line for col, line in _columns(TABLES[name]) if col not in drop]
+    # the comment of each line follows its comma
+    return "\n".join(_with_comma(line) for line in lines[:-1]) + "\n" + lines[-1] + "\n"
+
+
+def _with_comma(line: str) -> str:
+    body, sep, note = line.partition("--")
+    return f"{body.rstrip()}, {sep}{note}" if sep else f"{body},"
+
+
+def keyed_columns(name: str) -> list[str]:
+    """The columns of a SOURCE_KEYED table's view, in order (engine and path from sources)."""
+    return [col for col, _ in _columns(TABLES[name])]
+
+
+def to_source_keys(con: Any) -> None:
+    """Migration 6 -> 7: each SOURCE_KEYED table still holding engine and path text (a table the database
+    has in that form) rewritten with the source_id of its rows' (engine, path)."""
+    for name in SOURCE_KEYED:
+        cols = {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ?",
+            [physical(name)]).fetchall()}
+        if "engine" in cols:
+            for stmt in _to_source_keys(name):
+                con.execute(stmt)
+
+
+def _to_source_keys(name: str) -> list[str]:
+    t, path = physical(name), SOURCE_KEYED[name]
+    rest = [c for c in keyed_columns(name) if c not in ("engine", path)]
+    return [
+        f"CREATE TABLE {t}_keyed ({physical_ddl(name)})",
+        f"INSERT INTO {t}_keyed (source_id, {', '.join(rest)}) SELECT s.source_id, {', '.join('r.' + c for c in rest)} "
+        f"FROM {t} r JOIN (SELECT engine, path, min(source_id) AS source_id FROM sources GROUP BY ALL) s "
+        f"ON s.engine = r.engine AND s.path = r.{path}",
+        f"DROP VIEW IF EXISTS {name}",
+        f"DROP TABLE {t}",
+        f"ALTER TABLE {t}_keyed RENAME TO {t}",
+    ]
+
+
+# 7: batches, access lines and vLLM stats lines name their file by source_id
+MIGRATIONS[6] = [to_source_keys]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .schema import CLOCKED, TABLES, physical
+from .schema import CLOCKED, SOURCE_KEYED, TABLES, keyed_columns, physical, physical_ddl
 
 # Views over the tables, for questions SREs ask often.
 VIEWS = {
@@ -219,8 +219,11 @@ MACROS = [
 
 
 def ddl_statements() -> list[str]:
-    stmts = [f"CREATE TABLE IF NOT EXISTS {physical(name)} ({cols})" for name, cols in TABLES.items()]
+    stmts = [f"CREATE TABLE IF NOT EXISTS {physical(name)} ({physical_ddl(name)})" for name in TABLES]
     for name, file_col in CLOCKED.items():
+        if name in SOURCE_KEYED:
+            stmts.append(_keyed_view(name))
+            continue
         stmts.append(
             f"CREATE OR REPLACE VIEW {name} AS SELECT r.* REPLACE ("
             f"r.ts + to_microseconds(CAST(COALESCE(o.offset_s, 0) * 1e6 AS BIGINT)) AS ts) "
@@ -230,3 +233,20 @@ def ddl_statements() -> list[str]:
     for name, body in VIEWS.items():
         stmts.append(f"CREATE OR REPLACE VIEW {name} AS {body}")
     return stmts
+
+
+def _keyed_view(name: str) -> str:
+    """The view of a SOURCE_KEYED table: engine and path from its row's source, the time on the main log's clock."""
+    path = SOURCE_KEYED[name]
+    cols = []
+    for c in keyed_columns(name):
+        if c == "engine":
+            cols.append("s.engine")
+        elif c == path:
+            cols.append(f"s.path AS {path}")
+        elif c == "ts":
+            cols.append("r.ts + to_microseconds(CAST(COALESCE(s.clock_offset_s, 0) * 1e6 AS BIGINT)) AS ts")
+        else:
+            cols.append(f"r.{c}")
+    return (f"CREATE OR REPLACE VIEW {name} AS SELECT {', '.join(cols)} "
+            f"FROM {physical(name)} r JOIN sources s ON s.source_id = r.source_id")
