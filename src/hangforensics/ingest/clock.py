@@ -62,77 +62,101 @@ def _milestones(store: Store, engine: str, paths: list[str]) -> dict:
 
 # Records whose lines print no time of their own: access lines (uvicorn's default format, vLLM's API
 # server) and torch ProcessGroupNCCL lines of torch < 2.3 ('[rank2]:[E ProcessGroupNCCL.cpp:523] ...').
+# Over all the engines in $1 at once: each engine's offsets come from its own rows only.
 _BOTH_CLOCKS = """
-    WITH src AS (SELECT source_id, path FROM sources WHERE engine = $1),
+    WITH src AS (SELECT source_id, engine, path FROM sources WHERE list_contains($1, engine)),
     both_clocks AS (
-        SELECT src.path AS f, epoch_us(ts) - epoch_us(collected_ts) AS d FROM t_batches JOIN src USING (source_id)
-        WHERE ts IS NOT NULL AND collected_ts IS NOT NULL
+        SELECT src.engine AS e, src.path AS f, epoch_us(ts) - epoch_us(collected_ts) AS d
+        FROM t_batches JOIN src USING (source_id) WHERE ts IS NOT NULL AND collected_ts IS NOT NULL
         UNION ALL
-        SELECT path, epoch_us(ts) - epoch_us(collected_ts) FROM t_events
-        WHERE engine = $1 AND ts IS NOT NULL AND collected_ts IS NOT NULL
+        SELECT engine, path, epoch_us(ts) - epoch_us(collected_ts) FROM t_events
+        WHERE list_contains($1, engine) AND ts IS NOT NULL AND collected_ts IS NOT NULL
         UNION ALL
-        SELECT src.path, epoch_us(ts) - epoch_us(collected_ts) FROM t_http_requests JOIN src USING (source_id)
-        WHERE ts IS NOT NULL AND collected_ts IS NOT NULL),
-    per_file AS (SELECT f, median(d) AS d FROM both_clocks GROUP BY f),
-    per_engine AS (SELECT median(d) AS d FROM both_clocks)"""
+        SELECT src.engine, src.path, epoch_us(ts) - epoch_us(collected_ts)
+        FROM t_http_requests JOIN src USING (source_id) WHERE ts IS NOT NULL AND collected_ts IS NOT NULL),
+    per_file AS (SELECT e, f, median(d) AS d FROM both_clocks GROUP BY e, f),
+    per_engine AS (SELECT e, median(d) AS d FROM both_clocks GROUP BY e),
+    -- each file's offset: its own median, else its engine's
+    offsets AS (SELECT src.source_id, src.engine, src.path, COALESCE(pf.d, pe.d) AS d FROM src
+                LEFT JOIN per_file pf ON pf.e = src.engine AND pf.f = src.path
+                LEFT JOIN per_engine pe ON pe.e = src.engine)"""
 
 
 # A torch.distributed job's records that print no time (parsers/torch_jobs/torch_job.py).
 TORCH_JOB_TIMELESS = "('c10d_error', 'rank_traceback')"
 
 
-def _align_table(store: Store, engine: str, table: str, only: str) -> None:
-    # the row's file: a source-keyed table's by its source
-    keyed = table == "t_http_requests"
-    file = "(SELECT path FROM src WHERE src.source_id = h.source_id)" if keyed else "h.path"
-    mine = "h.source_id IN (SELECT source_id FROM src)" if keyed else "h.engine = $1"
+def _align_table(store: Store, engines: list[str], table: str, only: str) -> None:
+    if table == "t_http_requests":      # source-keyed: each row's file is a source
+        store.con.execute(
+            _BOTH_CLOCKS + f"""
+            UPDATE {table} AS h SET ts = h.collected_ts + to_microseconds(CAST(o.d AS BIGINT))
+            FROM offsets o
+            WHERE o.source_id = h.source_id AND o.d IS NOT NULL AND h.ts IS NULL AND h.collected_ts IS NOT NULL
+              AND {only}""",
+            [engines])
+        return
     store.con.execute(
         _BOTH_CLOCKS + f"""
         UPDATE {table} AS h
         SET ts = h.collected_ts + to_microseconds(CAST(COALESCE(
-                (SELECT d FROM per_file WHERE f = {file}), (SELECT d FROM per_engine)) AS BIGINT))
-        WHERE {mine} AND h.ts IS NULL AND h.collected_ts IS NOT NULL AND {only}
-          AND (EXISTS (SELECT 1 FROM per_file WHERE f = {file})
-               OR (SELECT d FROM per_engine) IS NOT NULL)""",
-        [engine])
+                (SELECT d FROM per_file WHERE e = h.engine AND f = h.path),
+                (SELECT d FROM per_engine WHERE e = h.engine)) AS BIGINT))
+        WHERE list_contains($1, h.engine) AND h.ts IS NULL AND h.collected_ts IS NOT NULL AND {only}
+          AND (EXISTS (SELECT 1 FROM per_file WHERE e = h.engine AND f = h.path)
+               OR (SELECT d FROM per_engine WHERE e = h.engine) IS NOT NULL)""",
+        [engines])
+
+
+_PENDING = f"""
+    SELECT (SELECT count(*) FROM t_http_requests JOIN sources USING (source_id)
+            WHERE list_contains($1, engine) AND ts IS NULL)
+         + (SELECT count(*) FROM t_events WHERE list_contains($1, engine) AND ts IS NULL AND kind = 'torch_nccl')
+         + (SELECT count(*) FROM t_events WHERE list_contains($1, engine) AND ts IS NULL
+            AND kind IN {TORCH_JOB_TIMELESS} AND collected_ts IS NOT NULL)"""
 
 
 def align_envelope_times(store: Store, engine: str) -> int:
+    """``align_envelope_times_all`` of one engine."""
+    return align_envelope_times_all(store, [engine])
+
+
+def align_envelope_times_all(store: Store, engines: list[str]) -> int:
     """Date the records that print no time of their own but carry an envelope time (kubectl, CRI,
     journald, a viewer's column, ...): ``ts = collected_ts + offset``, the offset being the file's median of
     ``ts - collected_ts`` over its records that carry both (a collector in UTC beside a pod's local
     time differs by hours; a viewer's clock by anything), else the engine's (the same collector's other
     files).  A timeless torch line without an envelope time is dated by the dated record before it in
-    its file (an estimate: it was printed at or after that).  Returns the number of rows dated."""
-    count = ("SELECT (SELECT count(*) FROM t_http_requests JOIN sources USING (source_id) "
-             "WHERE engine = $1 AND ts IS NULL) + "
-             "(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind = 'torch_nccl') + "
-             f"(SELECT count(*) FROM t_events WHERE engine = $1 AND ts IS NULL AND kind IN {TORCH_JOB_TIMELESS} "
-             "AND collected_ts IS NOT NULL)")
-    pending = store.scalar(count, [engine])
+    its file (an estimate: it was printed at or after that).  Returns the number of rows dated.
+
+    Each step runs once over all ``engines`` (an engine's offsets read its own rows only), in the order an
+    engine needs them: a step's medians include the rows the step before dated."""
+    pending = store.scalar(_PENDING, [engines])
     if not pending:
         return 0
-    _align_table(store, engine, "t_http_requests", "TRUE")
-    _align_table(store, engine, "t_events", "h.kind = 'torch_nccl'")
+    _align_table(store, engines, "t_http_requests", "TRUE")
+    _align_table(store, engines, "t_events", "h.kind = 'torch_nccl'")
     # a torch job's timeless error lines take their envelope's time only: the record before them says
     # little (a gloo timeout is printed its whole timeout after the job's last line)
-    _align_table(store, engine, "t_events", f"h.kind IN {TORCH_JOB_TIMELESS}")
-    _date_by_record_before(store, engine)
-    return pending - store.scalar(count, [engine])
+    _align_table(store, engines, "t_events", f"h.kind IN {TORCH_JOB_TIMELESS}")
+    _date_by_record_before(store, engines)
+    return pending - store.scalar(_PENDING, [engines])
 
 
-def _date_by_record_before(store: Store, engine: str) -> None:
+def _date_by_record_before(store: Store, engines: list[str]) -> None:
     """Timeless torch lines with no envelope time: the time of the nearest dated record above them."""
     store.con.execute(
-        """WITH src AS (SELECT source_id, path FROM sources WHERE engine = $1),
+        """WITH src AS (SELECT source_id, engine, path FROM sources WHERE list_contains($1, engine)),
            dated AS (
-               SELECT path, line, ts FROM t_events WHERE engine = $1 AND ts IS NOT NULL
-               UNION ALL SELECT src.path, line, ts FROM t_batches JOIN src USING (source_id) WHERE ts IS NOT NULL
-               UNION ALL SELECT src.path, line, ts FROM t_http_requests JOIN src USING (source_id) WHERE ts IS NOT NULL),
-           bare AS (SELECT path, line FROM t_events
-                    WHERE engine = $1 AND ts IS NULL AND kind = 'torch_nccl' AND collected_ts IS NULL),
-           prev AS (SELECT b.path, b.line, d.ts FROM bare b
-                    ASOF JOIN dated d ON d.path = b.path AND d.line < b.line)
+               SELECT engine, path, line, ts FROM t_events WHERE list_contains($1, engine) AND ts IS NOT NULL
+               UNION ALL SELECT src.engine, src.path, line, ts FROM t_batches JOIN src USING (source_id)
+               WHERE ts IS NOT NULL
+               UNION ALL SELECT src.engine, src.path, line, ts FROM t_http_requests JOIN src USING (source_id)
+               WHERE ts IS NOT NULL),
+           bare AS (SELECT engine, path, line FROM t_events
+                    WHERE list_contains($1, engine) AND ts IS NULL AND kind = 'torch_nccl' AND collected_ts IS NULL),
+           prev AS (SELECT b.engine, b.path, b.line, d.ts FROM bare b
+                    ASOF JOIN dated d ON d.engine = b.engine AND d.path = b.path AND d.line < b.line)
            UPDATE t_events AS e SET ts = prev.ts FROM prev
-           WHERE e.engine = $1 AND e.path = prev.path AND e.line = prev.line AND e.ts IS NULL""",
-        [engine])
+           WHERE e.engine = prev.engine AND e.path = prev.path AND e.line = prev.line AND e.ts IS NULL""",
+        [engines])

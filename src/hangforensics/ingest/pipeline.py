@@ -18,7 +18,7 @@ from ..parsers.stacks.stackrows import ranks_from_pids
 from ..readers.layout import EvidenceFile, Workspace
 from ..store import Store
 from ..terminal_progress import ProgressBar
-from .clock import TORCH_JOB_TIMELESS, align_engine_clocks, align_envelope_times
+from .clock import TORCH_JOB_TIMELESS, align_engine_clocks, align_envelope_times, align_envelope_times_all
 from .collective_clock import align_flight_recorder
 from .fragments import join_parts, rank_snapshots
 from .jobs import FileOutcome, IngestResult, with_result
@@ -142,6 +142,10 @@ _AFTER_LOAD = [
 ]
 
 
+# Passes that take all their engines at once (one statement per step, not per engine).
+_SETWISE = {align_envelope_times: align_envelope_times_all}
+
+
 def after_load(store: Store, engines: list[str]) -> None:
     """Join dump parts, map pids to ranks, align clocks: each pass for the engines it has work in."""
     if not engines:
@@ -149,6 +153,10 @@ def after_load(store: Store, engines: list[str]) -> None:
     for step, needs in _AFTER_LOAD:
         todo = {r[0] for r in store.con.execute(
             f"SELECT DISTINCT engine FROM ({needs}) WHERE list_contains(?, engine)", [engines]).fetchall()}
+        if step in _SETWISE:
+            if todo:
+                _SETWISE[step](store, [e for e in engines if e in todo])
+            continue
         for engine in engines:
             if engine in todo:
                 step(store, engine)
