@@ -578,10 +578,19 @@ _BACKFILL = [
     f"CASE WHEN {_V0} THEN {_CPU_KV} END",
     _num(r"Prefix cache hit rate: (?:GPU: )?([\d.]+)%", "DOUBLE"), "collected_ts",
 ]
-MIGRATIONS[3] += [
-    f"CREATE TABLE IF NOT EXISTS t_vllm_stats ({TABLES['vllm_stats']})",
-    f"INSERT INTO t_vllm_stats SELECT {', '.join(_BACKFILL)} FROM t_events WHERE kind = 'vllm_stats'",
-]
+
+
+def _backfill_vllm_stats(con: Any) -> None:
+    """Migration 3 -> 4: the stats rows of a database that has no t_vllm_stats yet (one that has the table,
+    in whatever layout, keeps it as it is: its rows are there)."""
+    if con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
+                   "AND table_name = 't_vllm_stats'").fetchone()[0]:
+        return
+    con.execute(f"CREATE TABLE t_vllm_stats ({TABLES['vllm_stats']})")
+    con.execute(f"INSERT INTO t_vllm_stats SELECT {', '.join(_BACKFILL)} FROM t_events WHERE kind = 'vllm_stats'")
+
+
+MIGRATIONS[3] += [_backfill_vllm_stats]
 
 # Tables whose timestamps are stored as the file printed them: the interface view of
 # the same name adds the file's clock offset (sources.clock_offset_s), so evidence
