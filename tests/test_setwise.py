@@ -102,7 +102,9 @@ def _without_time(html: str) -> str:
     return re.sub(r"generated [^<]*", "generated", html)
 
 
-def test_incident_reports_written_together_read_a_fixed_number_of_statements(analysed):
+def test_incident_reports_written_together_read_a_fixed_number_of_statements(analysed, monkeypatch):
+    from hangforensics.report import html as html_mod
+
     statements, reports = {}, {}
     for copies, (db, _, _) in analysed.items():
         with Store(db) as st:
@@ -117,6 +119,10 @@ def test_incident_reports_written_together_read_a_fixed_number_of_statements(ana
                 for inc, html in together:
                     assert inc["engine"] in html
                     assert _without_time(html) == _without_time(render_incident(st, inc)), inc["incident_id"]
+                # read in batches of a few reports (a fleet of thousands of incidents): the same pages
+                monkeypatch.setattr(html_mod, "REPORT_BATCH", 5)
+                batched = [(i["incident_id"], _without_time(h)) for i, h in render_incidents(st, incs)]
+                assert batched == [(i["incident_id"], _without_time(h)) for i, h in together]
     assert reports[1] > len(KINDS) // 2 and reports[3] == 3 * reports[1]
     # one engine's report alone reads some 20; one each would add that much per report
     assert statements[3] == statements[1] < 40, statements

@@ -323,10 +323,21 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
     return _page(sections, title_path, show_payloads)
 
 
+# Incident reports read together: the rows of this many reports at once (memory stays bounded for a fleet
+# with thousands of incidents; the queries per batch are fixed).
+REPORT_BATCH = 256
+
+
 def render_incidents(store: Store, incidents: list[dict[str, Any]],
                      show_payloads: bool = False) -> Iterator[tuple[dict[str, Any], str]]:
     """(incident, its report) for each of ``incidents``, each as :func:`render_incident` writes it: the store
-    is read by a fixed number of queries for all of them, whatever their number."""
+    is read by a fixed number of queries per REPORT_BATCH incidents, whatever their number."""
+    for k in range(0, len(incidents), REPORT_BATCH):
+        yield from _render_batch(store, incidents[k:k + REPORT_BATCH], show_payloads)
+
+
+def _render_batch(store: Store, incidents: list[dict[str, Any]],
+                  show_payloads: bool) -> Iterator[tuple[dict[str, Any], str]]:
     from ..analysis.progress.segments import segment_of, segments_all
 
     engines = list(dict.fromkeys(i["engine"] for i in incidents))
