@@ -4,17 +4,19 @@ the after-load passes skip only engines they have nothing to do for."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from conftest import DATA, LogWriter
 
 from hangforensics.analysis.findings import run_rules
 from hangforensics.analysis.summaries import incidents
 from hangforensics.ingest import load, pipeline
 from hangforensics.ingest.pipeline import ingest_paths
+from hangforensics.report.html import render_incident, render_incidents
 from hangforensics.store import Store
 
 # One engine of each kind of evidence the families corpus holds: Flight Recorder, NCCL RAS, torch timeouts
@@ -29,7 +31,18 @@ def _fleet(tmp: Path, copies: int) -> Path:
     for k in range(copies):
         for name in KINDS:
             shutil.copytree(DATA / "families" / "fleet" / name, fleet / f"c{k}-{name}")
+        _restarted_twice().write(fleet / f"c{k}-restarted-twice")
     return fleet
+
+
+def _restarted_twice() -> LogWriter:
+    """An engine that stalls, is restarted, and stalls again: an incident in each of its two runs."""
+    log = LogWriter(tp=2)
+    for a in (0, 2000):
+        log.startup(a).traffic(a + 10, a + 200).posts(a + 202, a + 560).probes(a + 205, a + 560)
+        for r in range(2):
+            log.watchdog(a + 520, f"TP{r}")
+    return log
 
 
 class _Counting:
@@ -55,9 +68,11 @@ class _Counting:
         return getattr(self._con, name)
 
 
-def _analysis_statements(tmp: Path, copies: int) -> tuple[int, int]:
-    """(statements run by the analysis, findings) of a fleet holding ``copies`` of every kind of engine."""
-    with Store(tmp / f"db{copies}.duckdb") as st:
+def _analysis_statements(tmp: Path, copies: int) -> tuple[Path, int, int]:
+    """(the database, statements run by the analysis, findings) of a fleet holding ``copies`` of every kind of
+    engine."""
+    db = tmp / f"db{copies}.duckdb"
+    with Store(db) as st:
         ingest_paths(st, [_fleet(tmp, copies)], mode="fleet")
         engines = [r["engine"] for r in st.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
         counting = _Counting(st.con)
@@ -66,15 +81,51 @@ def _analysis_statements(tmp: Path, copies: int) -> tuple[int, int]:
         with st.transaction():
             incidents.rebuild(st, engines, 1)
         st.con = counting._con
-        return counting.n, len(found)
+        return db, counting.n, len(found)
 
 
-def test_the_analysis_runs_as_many_statements_for_three_times_the_engines(tmp_path: Path):
-    one, found_one = _analysis_statements(tmp_path, 1)
-    three, found_three = _analysis_statements(tmp_path, 3)
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory) -> dict[int, tuple[Path, int, int]]:
+    """The fleets of one and of three copies of every kind, ingested and analysed (statements counted)."""
+    tmp = tmp_path_factory.mktemp("setwise")
+    return {copies: _analysis_statements(tmp, copies) for copies in (1, 3)}
+
+
+def test_the_analysis_runs_as_many_statements_for_three_times_the_engines(analysed):
+    (_, one, found_one), (_, three, found_three) = analysed[1], analysed[3]
     assert found_one > len(KINDS) // 2 and found_three == 3 * found_one      # the engines are judged alike
     # a query per engine would add len(KINDS) * 2 statements or more for each one
     assert three == one, f"{one} statements for {len(KINDS)} engines, {three} for {3 * len(KINDS)}"
+
+
+def _without_time(html: str) -> str:
+    return re.sub(r"generated [^<]*", "generated", html)
+
+
+def test_incident_reports_written_together_read_a_fixed_number_of_statements(analysed, monkeypatch):
+    from hangforensics.report import html as html_mod
+
+    statements, reports = {}, {}
+    for copies, (db, _, _) in analysed.items():
+        with Store(db) as st:
+            incs = st.query("SELECT * FROM incidents ORDER BY onset DESC NULLS LAST, engine")
+            counting = _Counting(st.con)
+            st.con = counting
+            together = list(render_incidents(st, incs))
+            st.con = counting._con
+            statements[copies], reports[copies] = counting.n, len(together)
+            if copies == 3:     # engines alike but for their names: each report holds its own engine's rows
+                assert sum(i["engine"] == "c1-restarted-twice" for i in incs) == 2      # one per run
+                for inc, html in together:
+                    assert inc["engine"] in html
+                    assert _without_time(html) == _without_time(render_incident(st, inc)), inc["incident_id"]
+                # read in batches of a few reports (a fleet of thousands of incidents): the same pages
+                monkeypatch.setattr(html_mod, "REPORT_BATCH", 5)
+                batched = [(i["incident_id"], _without_time(h)) for i, h in render_incidents(st, incs)]
+                assert batched == [(i["incident_id"], _without_time(h)) for i, h in together]
+    assert reports[1] > len(KINDS) // 2 and reports[3] == 3 * reports[1]
+    # one engine's report alone reads some 20; one each would add that much per report
+    assert statements[3] == statements[1] < 40, statements
 
 
 def _tables(db: Path) -> dict[str, list[tuple]]:

@@ -11,7 +11,6 @@ reports are not recomputed.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -27,10 +26,6 @@ from ..ingest.pipeline import Executor, IngestResult, LocalExecutor, ingest_file
 from ..readers.layout import Workspace
 from ..store import Store
 from ..terminal_progress import ProgressBar
-
-# From this many incident reports to write, the evidence of their engines is copied apart first
-# (``Store.engines_only``): the copy costs about as much as two reports read from the whole fleet's views.
-SUBSET_MIN_REPORTS = 4
 
 
 @dataclass
@@ -138,7 +133,7 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
         written = 0
         index = None
         if out is not None:
-            from ..report.html import incident_filename, render_fleet_index, render_incident
+            from ..report.html import incident_filename, render_fleet_index, render_incidents
 
             out = Path(out)
             (out / "incidents").mkdir(parents=True, exist_ok=True)
@@ -149,14 +144,10 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
             mode_changed = not mode_file.exists() or mode_file.read_text().strip() != mode
             todo = [inc for inc in incidents if inc["engine"] in stale or mode_changed
                     or not (out / "incidents" / incident_filename(inc["incident_id"])).exists()]
-            # many reports: each reads its engine's rows among those of the reported engines only
-            subset = store.engines_only(sorted({i["engine"] for i in todo})) if len(todo) >= SUBSET_MIN_REPORTS \
-                else contextlib.nullcontext()
-            with subset:
-                for inc in todo:
-                    _write(out / "incidents" / incident_filename(inc["incident_id"]),
-                           render_incident(store, inc, show_payloads=show_payloads))
-                    written += 1
+            # all the reports' rows in a fixed number of queries, whatever the number of reports
+            for inc, html in render_incidents(store, todo, show_payloads=show_payloads):
+                _write(out / "incidents" / incident_filename(inc["incident_id"]), html)
+                written += 1
             index = out / "index.html"
             if stale or written or mode_changed or not index.exists():
                 _write(index, render_fleet_index(store, scan_id, show_payloads=show_payloads))

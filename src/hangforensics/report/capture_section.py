@@ -5,12 +5,11 @@ process state / ``wchan`` beside each rank of the stack-class tree (templates ``
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from typing import Any
 
 from ..analysis.stacks.snapshot_text import STATE_WORDS, facts_in_words
 from ..ranks import rank_key
-from ..store import Store
+from .data import ReportData
 
 MAX_VERDICT_FACTS = 4
 BASIS_WORDS = {"manifest": "dated by the capture manifest (when py-spy read each stack)",
@@ -18,19 +17,14 @@ BASIS_WORDS = {"manifest": "dated by the capture manifest (when py-spy read each
                "record": "dated by the log records that embed them"}
 
 
-def capture_sections(store: Store, engine: str) -> list[dict[str, Any]]:
+def capture_sections(data: ReportData, engine: str) -> list[dict[str, Any]]:
     """Per capture bundle of ``engine``: host, command, rounds, what could not be captured, snapshot facts."""
     out = []
-    for c in store.query("SELECT * FROM captures WHERE engine = ? ORDER BY started, capture_id", [engine]):
+    for c in data.captures.get(engine, []):
         cid = c["capture_id"]
-        rounds = store.query(
-            """SELECT round, min(round_started) AS started, count(*) AS dumps, count(*) FILTER (WHERE ok) AS ok,
-                      epoch(max(start_ts) - min(start_ts)) AS spread_s
-               FROM capture_dumps WHERE engine = ? AND capture_id = ? GROUP BY round ORDER BY round""",
-            [engine, cid])
-        failures = store.query("SELECT what, reason, file, skipped FROM capture_failures WHERE engine = ? AND "
-                               "capture_id = ? ORDER BY skipped, line", [engine, cid])
-        facts = store.query("SELECT * FROM snapshot_facts WHERE engine = ? AND capture_id = ?", [engine, cid])
+        rounds = data.rounds.get((engine, cid), [])
+        failures = data.failures.get((engine, cid), [])
+        facts = [f for f in data.snapshot_facts.get(engine, []) if f["capture_id"] == cid]
         tools = [t for t in json.loads(c["tools"] or "[]") if isinstance(t, dict)]
         out.append({
             "capture_id": cid, "host": c["host"], "command": " ".join(c["command"] or []),
@@ -45,10 +39,11 @@ def capture_sections(store: Store, engine: str) -> list[dict[str, Any]]:
     return out
 
 
-def with_snapshots(sentences: list[str], store: Store, engine: str) -> list[str]:
+def with_snapshots(sentences: list[str], data: ReportData, engine: str) -> list[str]:
     """The verdict, with what a capture's snapshots show (state, wait, stuck since): the log may show no
     stall, and a bundle still says where the ranks were and whether they moved."""
-    rows = store.query("SELECT * FROM snapshot_facts WHERE engine = ? AND status <> 'unknown'", [engine])
+    # status <> 'unknown' in SQL: a NULL status is not kept either
+    rows = [r for r in data.snapshot_facts.get(engine, []) if r["status"] is not None and r["status"] != "unknown"]
     if not rows:
         return sentences
     said = [f"The capture's snapshots: {s}" for s in facts_in_words(rows)][:MAX_VERDICT_FACTS]
@@ -60,29 +55,12 @@ def with_snapshots(sentences: list[str], store: Store, engine: str) -> list[str]
     return sentences + said
 
 
-def proc_by_rank(store: Store, engine: str) -> dict[tuple[int, str], dict[str, Any]]:
-    """(rank-class capture, rank) -> the /proc facts of the round its dump was taken in, and its snapshot status."""
-    rows = store.query(
-        """SELECT rc.capture, rc.rank, f.state, f.wchan, f.syscall, sf.status, sf.unchanged, sf.detail
-           FROM rank_collectives rc
-           JOIN capture_dumps d ON d.engine = rc.engine AND d.file = rc.path
-           LEFT JOIN (SELECT * FROM process_facts WHERE engine = ?
-                      QUALIFY row_number() OVER (PARTITION BY capture_id, round, pid
-                                                 ORDER BY source = 'proc' DESC) = 1) f
-             ON f.capture_id = d.capture_id AND f.round = d.round AND f.pid = d.pid
-           LEFT JOIN snapshot_facts sf ON sf.engine = rc.engine AND sf.capture_id = d.capture_id AND sf.pid = d.pid
-           WHERE rc.engine = ?""", [engine, engine])
-    return {(r["capture"], r["rank"]): r for r in rows}
-
-
-def annotate_stacks(store: Store, engine: str, captures: list[dict[str, Any]]) -> None:
+def annotate_stacks(data: ReportData, engine: str, captures: list[dict[str, Any]]) -> None:
     """Add to the stack-class tree of each capture: how its dumps were dated, and per rank of each leaf and
-    class its process state and kernel wait (``procs``)."""
-    procs = proc_by_rank(store, engine)
-    basis = defaultdict(set)
-    for r in store.query("""SELECT DISTINCT rc.capture, s.ts_basis FROM rank_collectives rc
-                            JOIN stacks s ON s.dump_id = rc.dump_id WHERE rc.engine = ?""", [engine]):
-        basis[r["capture"]].add(r["ts_basis"] or "record")
+    class its process state and kernel wait (``procs``: the /proc facts of the round its dump was taken in,
+    and its snapshot status)."""
+    procs = data.procs.get(engine, {})
+    basis = data.basis.get(engine, {})
     for cap in captures:
         kinds = sorted(basis.get(cap["capture"], ()))
         cap["dated"] = "; ".join(BASIS_WORDS.get(k, k) for k in kinds)

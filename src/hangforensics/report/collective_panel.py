@@ -14,7 +14,7 @@ from typing import Any
 
 from ..analysis.collectives.collectives import EngineContext, group_label
 from ..ranks import rank_key
-from ..store import Store
+from .data import ReportData
 
 LAST_N = 8              # sequence numbers shown per panel around the group's newest
 MAX_COLUMNS = 14
@@ -25,18 +25,16 @@ NOUN = {"torch_nccl": "ProcessGroupNCCL timeouts", "flight_recorder": "Flight Re
         "nccl_ras": "NCCL RAS operation counts", "fr_trace": "torch's fr_trace analyzer output"}
 
 
-def collective_panels(store: Store, engine: str) -> list[dict[str, Any]]:
+def collective_panels(data: ReportData, engine: str) -> list[dict[str, Any]]:
     """The panels of one engine, the groups with a verdict naming ranks first."""
-    rows = store.query(
-        "SELECT source, rank, pg_rank, pg, pg_desc, pg_ranks, seq, seq_kind, op, state, ts FROM collectives "
-        "WHERE engine = ? AND source <> 'desync_report' AND seq_kind <> 'p2p' ORDER BY source, pg, seq", [engine])
+    rows = data.collectives.get(engine, [])
     if not rows:
         return []
-    verdicts = store.query("SELECT * FROM collective_verdicts WHERE engine = ?", [engine])
+    verdicts = data.verdicts.get(engine, [])
     by_group: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in rows:
         by_group[(r["source"], group_label(r["source"], r["pg"], r["pg_desc"]))].append(r)
-    ctx = EngineContext.of(store, engine)
+    ctx = data.contexts[engine]
     panels = []
     for (source, pg), rs in by_group.items():
         vs = [v for v in verdicts if v["source"] == source and v["pg"] == pg]

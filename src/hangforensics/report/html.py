@@ -18,6 +18,7 @@ import hashlib
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,6 @@ import jinja2
 
 from .. import __version__
 from ..analysis.findings import iso
-from ..analysis.progress.probes import PROBE_PATHS
 from ..analysis.rules import SEVERITIES, load_rules
 from ..analysis.stacks.stackclasses import compact_ranks
 from ..ranks import rank_key
@@ -36,6 +36,7 @@ from ..resources import data_dir
 from ..store import Store
 from .capture_section import annotate_stacks, capture_sections, with_snapshots
 from .collective_panel import collective_panels
+from .data import ReportData, Window, dump_records, timeline_rows
 
 TIMELINE_W = 860          # drawing width of the time axis, px
 LABEL_W = 110
@@ -102,48 +103,60 @@ def _minutes(a: datetime, b: datetime) -> str:
     return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
 
 
-def excerpts(store: Store, engine: str, wanted: set[tuple[str, int]],
-             show_payloads: bool = False) -> dict[tuple[str, int], str]:
-    """The text of the evidence lines, read back from the files (raw text is not stored for parsed lines).
+def excerpts(store: Store, data: ReportData, wanted: list[tuple[str, set[tuple[str, int]]]],
+             show_payloads: bool = False) -> list[dict[tuple[str, int], str]]:
+    """Per (engine, evidence lines) of ``wanted``: the text of the lines, read back from the files (raw text
+    is not stored for parsed lines).  A file is read once for all the reports quoting it, a Flight Recorder
+    dump's entries are read by one query for all of them.
 
     Payloads are redacted on the whole line, before it is shortened: a cut value must not escape redaction.
     """
-    by_path: dict[str, set[int]] = defaultdict(set)
-    for path, line in wanted:
-        if line is not None:
-            by_path[path].add(int(line))
-    out: dict[tuple[str, int], str] = {}
-    for path, lines in by_path.items():
-        row = store.query("SELECT abs_path, kind FROM sources WHERE engine = ? AND path = ? LIMIT 1", [engine, path])
-        if not row:
+    per_report: list[dict[str, set[int]]] = []
+    need: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for engine, lines in wanted:
+        by_path: dict[str, set[int]] = defaultdict(set)
+        for path, line in lines:
+            if line is not None:
+                by_path[path].add(int(line))
+                need[(engine, path)].add(int(line))
+        per_report.append(by_path)
+    src = {(engine, s["path"]): s for engine, rows in data.sources.items() for s in rows}
+    dumps = {k: v for k, v in need.items() if k in src and src[k]["kind"] == "flight_recorder"}
+    records = dump_records(store, dumps)       # a binary dump: its entries, described, not its bytes
+    text: dict[tuple[str, str], dict[int, str]] = defaultdict(dict)
+    for (engine, path), lines in need.items():
+        if (engine, path) not in src or (engine, path) in dumps:
             continue
-        if row[0]["kind"] == "flight_recorder":       # a binary dump: its entries, described, not its bytes
-            out.update(_dump_entries(store, engine, path, lines))
-            continue
-        last = max(lines)
+        got, last = text[(engine, path)], max(lines)
         try:
-            for chunk in iter_chunks(Path(row[0]["abs_path"])):
+            for chunk in iter_chunks(Path(src[(engine, path)]["abs_path"])):
                 end = chunk.first_line + len(chunk.lines)
                 for n in lines:
                     if chunk.first_line <= n < end:
-                        text = _shown(chunk.lines[n - chunk.first_line], show_payloads) or ""
-                        out[(path, n)] = shorten(text, EXCERPT_CHARS)
+                        got[n] = shorten(_shown(chunk.lines[n - chunk.first_line], show_payloads) or "",
+                                         EXCERPT_CHARS)
                 if end > last:
                     break
-        except Exception:  # a file that vanished since ingest: the excerpt is simply absent
+        except Exception:  # a file that vanished since ingest: the excerpts not read yet are simply absent
             continue
+    out: list[dict[tuple[str, int], str]] = []
+    for (engine, _), by_path in zip(wanted, per_report, strict=True):
+        mine: dict[tuple[str, int], str] = {}
+        for path, lines in by_path.items():
+            if (engine, path) in dumps:
+                mine.update({(path, n): _dump_entry(records[(engine, path, n)][-1])
+                             for n in lines if (engine, path, n) in records})
+            else:
+                got = text.get((engine, path), {})
+                mine.update({(path, n): got[n] for n in lines if n in got})
+        out.append(mine)
     return out
 
 
-def _dump_entries(store: Store, engine: str, path: str, lines: set[int]) -> dict[tuple[str, int], str]:
-    rows = store.query(
-        "SELECT line, pg, pg_desc, seq, op, state, json_extract_string(attrs, '$.seq_kind') AS kind, "
-        "json_extract(attrs, '$.input_sizes') AS sizes FROM collective_records "
-        "WHERE engine = ? AND path = ? AND list_contains(?, line)", [engine, path, sorted(lines)])
-    return {(path, r["line"]): f"entry {r['line']}: {r['op'] or '?'} #{r['seq']}"
-            + (" (p2p)" if r["kind"] == "p2p" else "") + f" in pg {r['pg']}"
-            + (f"({r['pg_desc']})" if r["pg_desc"] else "") + f", {r['state'] or 'state unknown'}"
-            + (f", input sizes {r['sizes']}" if r["sizes"] else "") for r in rows}
+def _dump_entry(r: dict[str, Any]) -> str:
+    return (f"entry {r['line']}: {r['op'] or '?'} #{r['seq']}" + (" (p2p)" if r["kind"] == "p2p" else "")
+            + f" in pg {r['pg']}" + (f"({r['pg_desc']})" if r["pg_desc"] else "")
+            + f", {r['state'] or 'state unknown'}" + (f", input sizes {r['sizes']}" if r["sizes"] else ""))
 
 
 def _at(ts: datetime | None, fmt: str = "%H:%M:%S") -> str:
@@ -189,16 +202,13 @@ def verdict(engine: str, fs: list[dict[str, Any]], stall: dict | None) -> list[s
     return list(dict.fromkeys(out))         # one sentence once, however many findings say it
 
 
-def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
-             fs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Geometry of the inline SVG: batch cadence per logging rank, probes, onset and freeze markers."""
-    span = store.query(
-        "SELECT min(ts) AS a, max(ts) AS b FROM (SELECT ts FROM progress WHERE engine = ? "
-        "UNION ALL SELECT ts FROM http_requests WHERE engine = ? UNION ALL SELECT ts FROM events WHERE engine = ?)",
-        [engine, engine, engine])[0]
-    if span["a"] is None:
+def timeline_window(engine: str, span: tuple[datetime, datetime] | None,
+                    stall: dict | None) -> tuple[Window, dict | None] | None:
+    """The time axis of ``engine``'s timeline (its evidence, or around the stall) and the stall it marks;
+    None without dated evidence."""
+    if span is None:
         return None
-    t0, t1 = span["a"], span["b"]
+    t0, t1 = span
     if stall is not None and stall["onset"] is None:
         stall = None                        # onset unknown (a watchdog whose timeout is not in the evidence)
     if stall is not None:
@@ -206,18 +216,22 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
         t1 = max(stall["evidence_end"], stall["onset"] + timedelta(seconds=30))
     if t1 <= t0:
         t1 = t0 + timedelta(seconds=60)
+    return Window(engine, t0, t1, (t1 - t0).total_seconds() / BUCKETS), stall
+
+
+def timeline(window: Window, stall: dict | None, freeze: dict | None, fs: list[dict[str, Any]],
+             kinds: dict[str, str], counts: list[dict[str, Any]], probe_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Geometry of the inline SVG: batch cadence per logging rank, probes, onset and freeze markers.
+
+    ``stall`` as :func:`timeline_window` returned it; ``kinds``: batch kind per logging rank; ``counts`` and
+    ``probe_rows``: the window's rows (``data.timeline_rows``)."""
+    t0, t1 = window.t0, window.t1
     total = (t1 - t0).total_seconds()
 
     def x(t: datetime) -> float:
         return round(LABEL_W + TIMELINE_W * min(max((t - t0).total_seconds() / total, 0.0), 1.0), 1)
 
-    bucket_s = total / BUCKETS
     # progress: batch lines, or vLLM stats lines with generation throughput (one row per engine core)
-    counts = store.query(
-        "SELECT rank, CAST(floor(epoch(ts - ?::TIMESTAMP) / ?) AS INTEGER) AS b, count(*) AS n FROM progress "
-        "WHERE engine = ? AND ts >= ? AND ts <= ? GROUP BY ALL ORDER BY rank, b", [t0, bucket_s, engine, t0, t1])
-    kinds = {r["rank"]: r["k"] for r in store.query(
-        "SELECT rank, max(batch_kind) AS k FROM progress WHERE engine = ? GROUP BY rank", [engine])}
     ranks = sorted(kinds, key=rank_key)
     peak = max((c["n"] for c in counts), default=1)
     rows = []
@@ -234,9 +248,7 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
         rows.append({"rank": rank or ("(stats)" if kinds[rank] == "vllm" else "(main)"), "y": y, "bars": bars})
     probe_y = 30 + len(ranks) * ROW_H
     probes = []
-    for r in store.query(
-            "SELECT ts, status, path FROM http_requests WHERE engine = ? AND list_contains(?, path) "
-            "AND ts >= ? AND ts <= ? ORDER BY ts", [engine, list(PROBE_PATHS), t0, t1]):
+    for r in probe_rows:
         after = stall is not None and r["ts"] > stall["onset"]
         probes.append({"x": x(r["ts"]), "ok": r["status"] == 200, "after": after, "status": r["status"],
                        "t": r["ts"].strftime("%H:%M:%S"), "path": r["path"]})
@@ -263,9 +275,9 @@ def timeline(store: Store, engine: str, stall: dict | None, freeze: dict | None,
     return out
 
 
-def stack_tree(store: Store, engine: str) -> list[dict[str, Any]]:
-    """Per capture: the folded prefix tree (chains of single-child nodes merged) and the classes side by side."""
-    rows = store.query("SELECT * FROM rank_classes WHERE engine = ? ORDER BY capture, class_id", [engine])
+def stack_tree(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per capture: the folded prefix tree (chains of single-child nodes merged) and the classes side by side,
+    from an engine's ``rank_classes`` rows (ORDER BY capture, class_id)."""
     out = []
     for cap in sorted({r["capture"] for r in rows}):
         nodes = {r["class_id"]: dict(r, children=[]) for r in rows if r["capture"] == cap}
@@ -305,18 +317,76 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
 
     Request payloads in evidence text are redacted unless ``show_payloads``.
     """
+    data = ReportData.read(store, engines)
+    sections = _sections(store, data, [(e, segment, [f for f in found if f["engine"] == e]) for e in engines],
+                         show_payloads)
+    return _page(sections, title_path, show_payloads)
+
+
+# Incident reports read together: the rows of this many reports at once (memory stays bounded for a fleet
+# with thousands of incidents; the queries per batch are fixed).
+REPORT_BATCH = 256
+
+
+def render_incidents(store: Store, incidents: list[dict[str, Any]],
+                     show_payloads: bool = False) -> Iterator[tuple[dict[str, Any], str]]:
+    """(incident, its report) for each of ``incidents``, each as :func:`render_incident` writes it: the store
+    is read by a fixed number of queries per REPORT_BATCH incidents, whatever their number."""
+    for k in range(0, len(incidents), REPORT_BATCH):
+        yield from _render_batch(store, incidents[k:k + REPORT_BATCH], show_payloads)
+
+
+def _render_batch(store: Store, incidents: list[dict[str, Any]],
+                  show_payloads: bool) -> Iterator[tuple[dict[str, Any], str]]:
+    from ..analysis.progress.segments import segment_of, segments_all
+
+    engines = list(dict.fromkeys(i["engine"] for i in incidents))
+    if not engines:
+        return
+    fs = defaultdict(list)
+    for f in store.query("SELECT * EXCLUDE (finding_id) FROM findings WHERE list_contains(?, engine) "
+                         "ORDER BY engine, finding_id", [engines]):
+        fs[f["engine"]].append(f)
+    segs = segments_all(store, engines)
+    jobs = [(i["engine"], i["segment"],
+             [f for f in fs[i["engine"]] if segment_of(segs[i["engine"]], f["ts"]) == i["segment"] or f["ts"] is None])
+            for i in incidents]
+    sections = _sections(store, ReportData.read(store, engines), jobs, show_payloads)
+    for inc, section in zip(incidents, sections, strict=True):
+        yield inc, _page([section], f"incident {inc['incident_id']}", show_payloads)
+
+
+def render_incident(store: Store, incident: dict[str, Any], show_payloads: bool = False) -> str:
+    """One incident's report: its engine's report scoped to the incident's run and findings."""
+    return next(render_incidents(store, [incident], show_payloads))[1]
+
+
+def _page(sections: list[dict[str, Any]], title_path: str, show_payloads: bool) -> str:
+    return _env().get_template("report.html.j2").render(
+        sections=sections, title_path=title_path, version=__version__, csp=REPORT_CSP,
+        payloads_shown=show_payloads, generated=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+    )
+
+
+def _first(rows: list[dict[str, Any]], segment: int | None) -> dict[str, Any] | None:
+    """The first of an engine's rows in ``segment`` (any when None)."""
+    return next((r for r in rows if segment is None or r["segment"] == segment), None)
+
+
+def _sections(store: Store, data: ReportData, jobs: list[tuple[str, int | None, list[dict[str, Any]]]],
+              show_payloads: bool) -> list[dict[str, Any]]:
+    """The report section of each (engine, run or None for all, findings) of ``jobs``, from ``data`` and a
+    fixed number of further queries for all of them (timelines, Flight Recorder entries)."""
     rules = {r.id: r for r in load_rules()}
+    stalls = [_first(data.stalls.get(e, []), seg) for e, seg, _ in jobs]
+    freezes = [_first(data.freezes.get(e, []), seg) for e, seg, _ in jobs]
+    windows = [timeline_window(e, data.spans.get(e), stall) for (e, _, _), stall in zip(jobs, stalls, strict=True)]
+    counts, probes = timeline_rows(store, [w[0] if w else None for w in windows])
+    texts = excerpts(store, data, [(e, {(ev["file"], ev["line"]) for f in fs for ev in (f["evidence"] or [])})
+                                   for e, _, fs in jobs], show_payloads)
     sections = []
-    seg_sql = "" if segment is None else f" AND segment = {int(segment)}"
-    for engine in engines:
-        fs = [f for f in found if f["engine"] == engine]
-        stalls = store.query(f"SELECT * FROM stalls WHERE engine = ?{seg_sql} ORDER BY onset DESC", [engine])
-        stall = stalls[0] if stalls else None
-        freezes = store.query(f"SELECT * FROM freezes WHERE engine = ?{seg_sql} ORDER BY ts DESC NULLS LAST",
-                              [engine])
-        freeze = freezes[0] if freezes else None
-        wanted = {(e["file"], e["line"]) for f in fs for e in (f["evidence"] or [])}
-        text = excerpts(store, engine, wanted, show_payloads)
+    for k, (engine, _, fs) in enumerate(jobs):
+        stall, freeze, text = stalls[k], freezes[k], texts[k]
         items = []
         for f in fs:
             rule = rules.get(f["rule"])
@@ -330,37 +400,29 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
                              for e in (f["evidence"] or [])][:12],
             })
         by_sev = [(s, [i for i in items if i["severity"] == s]) for s in SEVERITIES]
-        sources = store.query(
-            "SELECT path, kind, bytes, lines, parsed_lines, unparsed_lines, clock_offset_s, status FROM sources "
-            "WHERE engine = ? ORDER BY path", [engine])
-        config = store.query(
-            "SELECT attrs FROM events WHERE engine = ? AND kind IN ('server_args', 'environment') ORDER BY ts",
-            [engine])
-        stacks = stack_tree(store, engine)
-        annotate_stacks(store, engine, stacks)
+        stacks = stack_tree(data.rank_classes.get(engine, []))
+        annotate_stacks(data, engine, stacks)
+        window = windows[k]
         sections.append({
-            "engine": engine, "summary": _summary(store, engine, show_payloads),
-            "verdict": with_snapshots(verdict(engine, fs, stall) if fs else [], store, engine),
-            "by_severity": by_sev, "stall": stall,
-            "freeze": freeze, "timeline": timeline(store, engine, stall, freeze, fs), "sources": sources,
+            "engine": engine, "summary": _summary(data.summaries.get(engine), show_payloads),
+            "verdict": with_snapshots(verdict(engine, fs, stall) if fs else [], data, engine),
+            "by_severity": by_sev, "stall": stall, "freeze": freeze,
+            "timeline": None if window is None else timeline(window[0], window[1], freeze, fs,
+                                                             data.progress_kinds.get(engine, {}), counts[k], probes[k]),
+            "sources": [{c: v for c, v in s.items() if c != "abs_path"} for s in data.sources.get(engine, [])],
             "herrings": [i for i in items if i["rule"] == "busy-leak-report"],
             "critical": sum(1 for f in fs if f["severity"] == "critical"), "n_findings": len(fs),
-            "config": [c["attrs"] for c in config if c["attrs"]],
-            "stacks": stacks, "captures": capture_sections(store, engine),
-            "collective_panels": collective_panels(store, engine),
+            "config": [c["attrs"] for c in data.config.get(engine, []) if c["attrs"]],
+            "stacks": stacks, "captures": capture_sections(data, engine),
+            "collective_panels": collective_panels(data, engine),
         })
-    return _env().get_template("report.html.j2").render(
-        sections=sections, title_path=title_path, version=__version__, csp=REPORT_CSP,
-        payloads_shown=show_payloads, generated=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
-    )
+    return sections
 
 
-def _summary(store: Store, engine: str, show_payloads: bool) -> dict[str, Any] | None:
-    """The engine's summary (analysis/summaries/summaries.py) with its parts worded for the page."""
-    rows = store.query("SELECT * FROM engine_summaries WHERE engine = ?", [engine])
-    if not rows:
+def _summary(s: dict[str, Any] | None, show_payloads: bool) -> dict[str, Any] | None:
+    """An engine's summary (analysis/summaries/summaries.py) with its parts worded for the page."""
+    if s is None:
         return None
-    s = rows[0]
     files = dict(s["files"] or {})
     a, b = s["span_start"], s["span_end"]
     return {
@@ -371,19 +433,6 @@ def _summary(store: Store, engine: str, show_payloads: bool) -> dict[str, Any] |
         "ranks_text": compact_ranks(list(s["ranks"] or [])) if s["ranks"] else "",
         "span_text": f"from {a:%Y-%m-%d %H:%M:%S} to {b:%Y-%m-%d %H:%M:%S}" if a and b else "",
     }
-
-
-def render_incident(store: Store, incident: dict[str, Any], show_payloads: bool = False) -> str:
-    """One incident's report: its engine's report scoped to the incident's run and findings."""
-    fs = store.query("SELECT * EXCLUDE (finding_id) FROM findings WHERE engine = ? ORDER BY finding_id",
-                     [incident["engine"]])
-    from ..analysis.progress.segments import segment_of, segments_of
-
-    segs = segments_of(store, incident["engine"])
-    mine = [f for f in fs if segment_of(segs, f["ts"]) == incident["segment"] or f["ts"] is None]
-    return render_report(store, [incident["engine"]], mine,
-                         title_path=f"incident {incident['incident_id']}", segment=incident["segment"],
-                         show_payloads=show_payloads)
 
 
 def render_fleet_index(store: Store, scan_id: int, show_payloads: bool = False) -> str:
@@ -402,10 +451,10 @@ def render_fleet_index(store: Store, scan_id: int, show_payloads: bool = False) 
         "ORDER BY kills DESC, incidents DESC, engine")
     signatures = store.query(
         "SELECT sig, count(*) AS incidents, count(DISTINCT engine) AS engines FROM "
-        "(SELECT engine, unnest(signatures) AS sig FROM incidents) GROUP BY sig ORDER BY incidents DESC")
+        "(SELECT engine, unnest(signatures) AS sig FROM incidents) GROUP BY sig ORDER BY incidents DESC, sig")
     blind = store.query(
         "SELECT engine, count(*) AS incidents, max(health_blind_s) AS longest_s FROM incidents "
-        "WHERE health_blind_s IS NOT NULL GROUP BY engine ORDER BY longest_s DESC")
+        "WHERE health_blind_s IS NOT NULL GROUP BY engine ORDER BY longest_s DESC, engine")
     facts = shared_facts(store)
     # never silent: engines with nothing found whose evidence could not have shown a hang
     thin = store.query(

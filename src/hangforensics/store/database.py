@@ -15,11 +15,6 @@ from ..errors import DatabaseBusyError, DatabaseError
 from .schema import MIGRATIONS, SCHEMA_VERSION, SOURCE_KEYED, TABLES, physical
 from .views import MACROS, ddl_statements
 
-# What ``Store.engines_only`` copies: the evidence views with many rows per engine, then the views over them
-# that reports read again and again (computed once from the copies).
-SUBSET_VIEWS = ("events", "batches", "http_requests", "stacks", "frames", "leak_reports", "gpu_samples",
-                "vllm_stats", "collective_records", "process_samples", "progress", "collectives", "engine_facts")
-
 
 def schema_version(con: duckdb.DuckDBPyConnection, path: str) -> int | None:
     """The database's schema version; None for a new, empty database.  Raises DatabaseError for a
@@ -169,26 +164,6 @@ class Store:
         and a second error must not hide the first."""
         with contextlib.suppress(duckdb.TransactionException):
             self.con.execute("ROLLBACK")
-
-    @contextlib.contextmanager
-    def engines_only(self, engines: Sequence[str]) -> Iterator[None]:
-        """Within: the evidence views (and the views computed from them that reports read) hold the rows of
-        ``engines`` only, copied once into temporary tables of the same names, which DuckDB resolves before
-        the views.  For reading many engines one by one (an incident report each): each query then reads
-        its engine's rows among few, where over the views it read every engine's rows (and recomputed the
-        clock alignment) every time.  Read-only use: what is written goes to the copies."""
-        made: list[str] = []
-        try:
-            for name in SUBSET_VIEWS:
-                where = ("dump_id IN (SELECT dump_id FROM temp.stacks)" if name == "frames"
-                         else "list_contains($engines, engine)")
-                self.con.execute(f"CREATE TEMP TABLE {name} AS SELECT * FROM main.{name} WHERE {where}",
-                                 {"engines": list(engines)} if name != "frames" else None)
-                made.append(name)
-            yield
-        finally:
-            for name in reversed(made):
-                self.con.execute(f"DROP TABLE IF EXISTS temp.{name}")
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """First column of the first row (None when no row); consumes the whole result."""
