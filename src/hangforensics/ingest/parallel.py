@@ -362,6 +362,9 @@ def _read_ipc(manifest: list[tuple[str, str]], outcome: FileOutcome):
         if table == CHECKPOINT:
             yield table, FileOutcome(*json.loads(path))
             continue
+        if isinstance(path, pa.Table):          # a small batch, returned inline
+            yield table, path
+            continue
         source = pa.memory_map(path)            # the batch is read in place (zero-copy) and loaded
         rows = pa.ipc.open_file(source).read_all()
         yield table, rows

@@ -25,8 +25,15 @@ def warm_up() -> None:
         warm_scanner()
 
 
-def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], FileOutcome]:
-    """Worker: parse one file, spill each batch to an Arrow IPC file; errors travel back in the outcome."""
+# A batch this small is returned in the task's result (pickled Arrow) instead of spilled to a file: a fleet of
+# small engines spilled some four files per engine, each written, mapped and unlinked (measured on a
+# 202-engine fleet: 1,181 files, 0.75 s of the loader's CPU to open them).
+INLINE_BYTES = 1024 * 1024
+
+
+def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, Any]], FileOutcome]:
+    """Worker: parse one file, spill each batch to an Arrow IPC file (a small one travels back inline, as an
+    Arrow table); errors travel back in the outcome."""
     import pyarrow as pa
 
     manifest: list[tuple[str, str]] = []
@@ -39,9 +46,12 @@ def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, str]], File
             arrow = batch_to_arrow(rows)
             if arrow is None:
                 continue
+            arrow = _dictionary_encoded(arrow)
+            if arrow.nbytes <= INLINE_BYTES:        # travels back with the result: no file to write and map
+                manifest.append((table, arrow))
+                continue
             path = f"{prefix}-{len(manifest)}-{table}.arrow"
             # uncompressed: the loader maps the file instead of decompressing it (its CPU is the bottleneck)
-            arrow = _dictionary_encoded(arrow)
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, arrow.schema) as writer:
                 writer.write_table(arrow)
             manifest.append((table, path))
