@@ -220,3 +220,54 @@ def test_a_generated_stalled_engine_is_read_alike(tmp_path, monkeypatch: pytest.
     fast, general = _both_ways([tmp_path / "e"], tmp_path, monkeypatch)
     _assert_same(fast, general)
     assert [r[0] for r in general["sources"]] == ["0.5.10"]
+
+
+# -- where the scanner runs ---------------------------------------------------------------------------------------
+def test_a_process_with_the_scanner_loaded_reads_every_plain_log_with_it() -> None:
+    """Loading numba and the scanner's code costs about a second: a process that has not (the CLI reading a
+    small input itself) keeps the size threshold; one that has (a parser worker: ``worker.warm_up`` in its
+    fork server) reads a plain log of any size with the scanner."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from hangforensics.parsers.sglang import sglang_fast as f\n"
+            "from hangforensics.ingest.worker import warm_up\n"
+            "print(f.scan_min_bytes() == f.SCAN_MIN_BYTES > 0)\n"
+            "warm_up()\n"
+            "print(f.scanner() is not None and f.scan_min_bytes() == 0)\n")
+    env = {k: v for k, v in os.environ.items() if k != "HANGFORENSICS_SCAN_MIN_BYTES"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "True"]
+
+
+@pytest.mark.parametrize(("logs", "scanner"), [(["plain_sglang.log"], True), (["kubectl.log", "cri_split.log"], False)])
+def test_the_parser_pool_loads_the_scanner_where_a_plain_log_is_read(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                                     logs: list[str], scanner: bool) -> None:
+    """A pool that reads a plain server log, however small, has its workers forked with the scanner loaded;
+    one that reads only logs behind a collector's envelope (never scanned) does not load it."""
+    import shutil
+
+    from hangforensics.ingest import fork_server, pipeline
+    from hangforensics.store import Store
+
+    asked: list[bool] = []
+    context = fork_server.context
+
+    def recorded(scanner: bool) -> object:
+        asked.append(scanner)
+        return context(scanner)
+
+    monkeypatch.delenv("HANGFORENSICS_SCAN_MIN_BYTES", raising=False)
+    monkeypatch.setattr(fork_server, "context", recorded)
+    monkeypatch.setattr(pipeline, "PARALLEL_MIN_BYTES", 1024)
+    for k, name in enumerate(logs):
+        (tmp_path / "fleet" / f"e{k}").mkdir(parents=True)
+        shutil.copy(REPO / "tests" / "data" / "envelopes" / name, tmp_path / "fleet" / f"e{k}" / "server.log")
+    (tmp_path / "fleet" / "dump").mkdir()
+    shutil.copy(REPO / "tests" / "data" / "envelopes" / "neg_pyspy.txt", tmp_path / "fleet" / "dump" / "pyspy.txt")
+    with Store(tmp_path / "x.duckdb") as st:
+        pipeline.ingest_paths(st, [tmp_path / "fleet"], mode="fleet", jobs=2)
+        assert st.scalar("SELECT count(*) FROM sources WHERE status = 'ok'") == len(logs) + 1
+    assert asked == [scanner]

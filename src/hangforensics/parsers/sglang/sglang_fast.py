@@ -33,8 +33,9 @@ from . import sglang_log
 from .sglang_log import BACKWARDS_S, FileContext, Parsed, parse_chunk, release_of
 from .sglang_patterns import RELEASE_ORDER, newest_release
 
-# Below this many bytes a read uses the general parser alone: the scanner's start-up (numba, its compiled
-# code loaded from the cache: about 0.5 s of CPU per process) would cost more than it saves.
+# Below this many bytes a read uses the general parser alone where the scanner is not loaded yet: its start-up
+# (numba, its compiled code loaded from the cache: about 0.5-1 s of CPU per process) would cost more than it
+# saves.  A parser worker has it loaded (``warm_scanner``): it reads every plain log with it.
 SCAN_MIN_BYTES = 16 * 1024 * 1024
 
 
@@ -43,11 +44,17 @@ class _Off(Exception):
 
 
 def scan_min_bytes() -> int:
-    """SCAN_MIN_BYTES, or HANGFORENSICS_SCAN_MIN_BYTES (the tests run every corpus through the scanner)."""
-    return int(os.environ.get("HANGFORENSICS_SCAN_MIN_BYTES", SCAN_MIN_BYTES))
+    """SCAN_MIN_BYTES, or HANGFORENSICS_SCAN_MIN_BYTES (the tests run every corpus through the scanner).
+    0 in a process whose scanner is warm already (a parser worker forked from a fork server that loaded it):
+    its start-up is paid, and it reads a log of any size with the general parser's rows for less CPU."""
+    env = os.environ.get("HANGFORENSICS_SCAN_MIN_BYTES")
+    if env is not None:
+        return int(env)
+    return 0 if _warm else SCAN_MIN_BYTES
 
 
 _scanner: Any = None       # the sglang_scan module once imported; False: unusable in this process
+_warm = False              # its compiled code is loaded (warm_scanner ran)
 
 
 def scanner() -> Any:
@@ -87,6 +94,9 @@ def warm_scanner() -> None:
         sc.gather(buf, np.zeros(1, np.int64), np.ones(1, np.int64))
     except Exception as e:                  # noqa: BLE001 (as in ScanGroup.add: the general parser then)
         _disable(e)
+        return
+    global _warm
+    _warm = True
 
 
 # The scanner reads a chunk this many lines at a time: its per-line arrays (some 300 bytes a line) stay small.
