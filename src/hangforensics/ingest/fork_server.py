@@ -1,5 +1,5 @@
-"""The parser pool's fork server: one process that loads what parsing needs (polars, pyarrow, and for large
-logs numba and the compiled scanner's code) once, and forks every worker from there.
+"""The parser pool's fork server: one process that loads what parsing needs (polars, pyarrow, and for plain
+server logs numba and the compiled scanner's code) once, and forks every worker from there.
 
 Spawned workers each loaded it themselves: some 1 s of CPU per worker before the first line was parsed,
 on a machine whose cores are the ingest's limit.  Forking from a clean server (not from the parent, which
@@ -28,7 +28,7 @@ _running: str | None = None          # the preload of the server this process st
 
 def context(scanner: bool) -> Any:
     """The multiprocessing context whose processes the fork server forks, the server started (or kept,
-    when running with the same preload): ``scanner`` for a pool that reads large logs.  Spawn where the
+    when running with the same preload): ``scanner`` for a pool that reads plain server logs.  Spawn where the
     platform has no fork server."""
     global _running
     try:

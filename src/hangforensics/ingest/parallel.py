@@ -37,6 +37,12 @@ def splittable(p: Plan) -> bool:
         and p.st.st_size - p.job().start_offset >= SPLIT_MIN_BYTES
 
 
+def scanned(p: Plan) -> bool:
+    """Read by the compiled scanner in a worker that has it loaded (any size: ``sglang_fast.scan_min_bytes``):
+    a server log with no envelope (or none sniffed yet)."""
+    return p.kind == "server_log" and (p.envelope is None or not p.envelope.layers)
+
+
 def split_job(job: FileJob, parts: int) -> list[FileJob]:
     """Cut a large uncompressed log into byte ranges that start at record starts, with the line number
     each range starts at (counting newlines is a memchr pass, far cheaper than parsing)."""
@@ -118,7 +124,7 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
     ``counter.tasks`` (when given) counts the pieces handed to workers."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
     try:
-        with worker_pool(jobs, scanner=any(splittable(p) for p in work)) as pool:
+        with worker_pool(jobs, scanner=any(scanned(p) or splittable(p) for p in work)) as pool:
             ranges = _Ranges(pool, tmp, window=jobs + 2)
             split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
             # the ranges' first lines, while the fork server loads (the first submit waits for it)
@@ -240,8 +246,8 @@ def worker_pool(jobs: int, scanner: bool = False) -> Iterator[_Pool]:
     error, Ctrl-C or an abandoned ingest the workers are terminated first; and the fork server and the
     resource tracker that it starts are stopped too (a nightly cron job must not leave processes).
 
-    Workers are forked by the ``fork_server`` (``scanner``: with the compiled scanner loaded, for large
-    logs), started here unless it runs already, so that it loads while the parent splits the logs."""
+    Workers are forked by the ``fork_server`` (``scanner``: with the compiled scanner loaded, for plain
+    server logs), started here unless it runs already, so that it loads while the parent splits the logs."""
     with _workers_ignore_ctrl_c():          # the server's environment (polars' threads), which workers inherit
         ctx = fork_server.context(scanner)
     with _semaphores_outlive_the_tracker():

@@ -26,13 +26,6 @@ from . import collective_parse
 from .jobs import CHECKPOINT, FileJob, FileOutcome
 from .torch_lines import torch_records
 
-# The scanner's chunks: their transient arrays (the line bounds, the scanner's per-line fields) are some
-# 15x the chunk while it is scanned; the general parser then reads the rest of a whole group of them at
-# once (``sglang_fast.GROUP_BYTES``).  Measured on a 64 MB range (CPU s / peak RSS MB), before groups:
-# 4 MB chunks 1.03 / 300, 8 MB 0.78 / 332, 16 MB 0.63-0.74 / 390, 32 MB 0.72-0.85 / 499; in 64 MB groups
-# of 8 MB chunks 0.47-0.58 / 410; in 32 MB groups 0.59-0.64 / 400.
-SCAN_CHUNK_BYTES = 8 * 1024 * 1024
-
 
 # -- parsing (pure: files in, row batches out) ------------------------------------------------------
 def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
@@ -101,15 +94,19 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     starts: list[tuple[int, int]] = []       # (first line, byte offset) of each chunk
     next_line = job.start_line
     plain = reader.unwrapper is None         # a plain log's lines stay one polars column, never Python strings
-    # a large plain read: the compiled scanner takes batch and access lines (sglang_fast)
+    # a plain read (a large one where the scanner is not loaded yet): the compiled scanner takes batch and
+    # access lines (sglang_fast).  It reads the same chunks as the general parser (CHUNK_BYTES, cut at the
+    # same places): what a chunk's records say depends on where it starts (its head, its first records).
     scan = plain and _read_size(job) >= scan_min_bytes() and scanner() is not None
     group = ScanGroup(ctx) if scan else None
     for chunk in iter_chunks(f.abs_path, job.start_offset, job.start_line, records=True, end_offset=job.end_offset,
                              notes=out.notes, hold_partial=job.hold_partial, record_start=reader.record_start(),
-                             column=("raw" if scan else plain), chunk_bytes=SCAN_CHUNK_BYTES if scan else CHUNK_BYTES):
+                             column=("raw" if scan else plain), chunk_bytes=CHUNK_BYTES):
         starts.append((chunk.first_line, max(out.read_bytes, out.notes.leading_nul_bytes)))
         if group is not None and chunk.raw is not None:         # the scanner splits the bytes itself
-            done = group.add(chunk.raw, chunk.first_line)
+            before, done = group.add(chunk.raw, chunk.first_line)
+            # the group before this chunk (it could not join it): a resume point where this chunk begins
+            yield from _counted(before, ctx, out, reader.carried_from() is None)
         else:                                                   # (a group so far comes first)
             done = group.flush() if group is not None else []
             done.append(_parse_payload(reader.feed(chunk.column if plain else chunk.lines, chunk.first_line), ctx))

@@ -1,4 +1,4 @@
-"""Imported by the fork server of a pool that reads large logs (``parallel.worker_pool``): its workers are
+"""Imported by the fork server of a pool that reads plain server logs (``parallel.worker_pool``): its workers are
 forked with polars, pyarrow and the compiled scanner already loaded, where each spawned worker used to load
 them itself (some 1 s of CPU per worker, numba's import and its cache the most of it)."""
 

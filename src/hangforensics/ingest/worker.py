@@ -15,8 +15,9 @@ from .parse import parse_file
 
 
 def warm_up() -> None:
-    """Load what parsing a large log needs (polars, pyarrow, the compiled scanner and its code): run by the
-    fork server (``preload_scanner``), so that every worker forked from it has them."""
+    """Load what parsing a plain log needs (polars, pyarrow, the compiled scanner and its code): run by the
+    fork server (``preload_scanner``), so that every worker forked from it has them (and reads plain logs of
+    any size with the scanner: ``sglang_fast.scan_min_bytes``)."""
     import polars  # noqa: F401
     import pyarrow  # noqa: F401
 

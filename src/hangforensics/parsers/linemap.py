@@ -56,7 +56,8 @@ class LineMap:
 
     def dicts(self, rows: list[dict[str, Any]], cols: tuple[str, ...] = ("line",), collected: bool = False,
               id_prefix: str | None = None) -> list[dict[str, Any]]:
-        """Rows renumbered in place; ``id_prefix``: also the ``dump_id`` values built as prefix + line."""
+        """Rows renumbered in place; ``id_prefix``: also the ``dump_id`` values built as prefix + line, and the
+        ``thread_id`` of a thread whose header was cut (``?`` + its first line: ``pyspy.CONTINUATION_TID``)."""
         for r in rows:
             if collected and self.collected is not None:
                 r["collected_ts"] = self.ts(r.get("line"))
@@ -65,6 +66,9 @@ class LineMap:
                     r[c] = self.line(r[c])
             if id_prefix is not None and isinstance(r.get("dump_id"), str):
                 r["dump_id"] = self.dump_id(r["dump_id"], id_prefix)
+            tid = r.get("thread_id") if id_prefix is not None else None
+            if isinstance(tid, str) and tid[:1] == "?" and tid[1:].isdigit():
+                r["thread_id"] = f"?{self.line(int(tid[1:]))}"
         return rows
 
     def dump_id(self, did: str, prefix: str) -> str:

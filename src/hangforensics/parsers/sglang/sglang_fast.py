@@ -5,8 +5,17 @@ The general parser sees every line that is not bulk, and every bulk line next to
 last of each run of bulk lines, and the chunk's first and last line).  That keeps what it derives from
 a line's neighbours exact: a record's continuation lines end at the next start, a record without a time
 takes its year from the nearest dated record before or after it, an access line without a time is dated
-by the record above it.  The chunk-level facts (release traits, clock steps backwards, the last time)
-are computed over all records in file order.  Rows are numbered by the file's lines.
+by the record above it.  Rows are numbered by the file's lines.
+
+The rows are those of the general path, which reads the same chunks (the reader's, cut at the same places)
+one ``parse_chunk`` each.  A group of chunks read by one call of the general parser gives the same rows
+where each chunk meets the one before at a line with a plain SGLang prefix on both sides of the cut (a
+dated record ends the one, another starts the next: nothing of a record, its time or its neighbours' dates
+crosses the cut).  Elsewhere the group ends before the chunk (``ScanGroup.add``): the head of a chunk that
+is no record start (a line the reader took for one, a last line without its newline) stays unparsed as in
+the general path, where in one call the line above would have continued it.  The chunk-level facts (the
+release traits in a chunk's first records, clock steps backwards, the last time, the record that access
+lines without a time are dated by) are each chunk's in turn, over all its records in file order.
 """
 
 from __future__ import annotations
@@ -20,11 +29,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .sglang_log import FileContext, Parsed, chunk_facts, parse_chunk
-from .sglang_patterns import RELEASE_ORDER
+from . import sglang_log
+from .sglang_log import BACKWARDS_S, FileContext, Parsed, parse_chunk, release_of
+from .sglang_patterns import RELEASE_ORDER, newest_release
 
-# Below this many bytes a read uses the general parser alone: the scanner's start-up (numba, its compiled
-# code loaded from the cache: about 0.5 s of CPU per process) would cost more than it saves.
+# Below this many bytes a read uses the general parser alone where the scanner is not loaded yet: its start-up
+# (numba, its compiled code loaded from the cache: about 0.5-1 s of CPU per process) would cost more than it
+# saves.  A parser worker has it loaded (``warm_scanner``): it reads every plain log with it.
 SCAN_MIN_BYTES = 16 * 1024 * 1024
 
 
@@ -33,11 +44,17 @@ class _Off(Exception):
 
 
 def scan_min_bytes() -> int:
-    """SCAN_MIN_BYTES, or HANGFORENSICS_SCAN_MIN_BYTES (the tests run every corpus through the scanner)."""
-    return int(os.environ.get("HANGFORENSICS_SCAN_MIN_BYTES", SCAN_MIN_BYTES))
+    """SCAN_MIN_BYTES, or HANGFORENSICS_SCAN_MIN_BYTES (the tests run every corpus through the scanner).
+    0 in a process whose scanner is warm already (a parser worker forked from a fork server that loaded it):
+    its start-up is paid, and it reads a log of any size with the general parser's rows for less CPU."""
+    env = os.environ.get("HANGFORENSICS_SCAN_MIN_BYTES")
+    if env is not None:
+        return int(env)
+    return 0 if _warm else SCAN_MIN_BYTES
 
 
 _scanner: Any = None       # the sglang_scan module once imported; False: unusable in this process
+_warm = False              # its compiled code is loaded (warm_scanner ran)
 
 
 def scanner() -> Any:
@@ -77,6 +94,9 @@ def warm_scanner() -> None:
         sc.gather(buf, np.zeros(1, np.int64), np.ones(1, np.int64))
     except Exception as e:                  # noqa: BLE001 (as in ScanGroup.add: the general parser then)
         _disable(e)
+        return
+    global _warm
+    _warm = True
 
 
 # The scanner reads a chunk this many lines at a time: its per-line arrays (some 300 bytes a line) stay small.
@@ -105,41 +125,57 @@ class ScanGroup:
         self.keep_text: list[pa.LargeStringArray] = []      # the lines the general parser reads, in order
         self.keep_lines: list[np.ndarray] = []
         self.first_line: int | None = None
+        self.chunks: list[int] = []                         # the first line of each chunk of the group
+        self.last_dated = False                             # the last chunk's last line is a dated record start
         self.lines = self.bytes = 0
-        self.head = _release_records(self.ctx)             # bulk messages still looked at for the release
 
-    def add(self, raw: bytes, first_line: int) -> list[Parsed]:
-        """Scan one chunk; the group's ``Parsed`` when it is full (or, where the scanner cannot run, the
-        group so far and this chunk read by the general parser)."""
+    def add(self, raw: bytes, first_line: int) -> tuple[list[Parsed], list[Parsed]]:
+        """Scan one chunk (the reader's, as the general path reads it); returns (before, done): ``before``
+        the group so far, parsed when this chunk cannot join it (see the module's doc), and ``done`` the
+        group with this chunk when it is full, or this chunk read by the general parser alone (where the
+        scanner cannot run, or it found no batch or access line in a chunk that starts a group)."""
         buf = np.frombuffer(raw, np.uint8)
         sc = scanner()
         text = _Text(sc, buf)
         slices: list[_Slice] = []
+        head = _release_records(self.ctx)                   # bulk messages still looked at for the release
         try:
             if sc is None:
                 raise _Off
             starts, ends, brackets = sc.bounds(buf)
             n = len(starts)
             if not n:
-                return []
+                return [], []
             line_of = np.arange(first_line, first_line + n, dtype=np.int64)
             ascii_all = raw.isascii()
             for a in range(0, n, SLICE_LINES):
                 slices.append(_Slice(sc, text, starts, ends, a, min(a + SLICE_LINES, n), brackets, ascii_all,
-                                     line_of, self.ctx, self.head))
-                self.head -= slices[-1].messages
+                                     line_of, self.ctx, head))
+                head -= slices[-1].messages
             keep = np.concatenate([s.keep for s in slices])
-            self.keep_text.append(text.arrow(starts[keep], ends[keep]))
+            keep_text = text.arrow(starts[keep], ends[keep])
         except Exception as e:              # noqa: BLE001 (compiling or caching failed: the general parser)
             if sc is not None:
                 _disable(e)
-            return [*self.flush(), parse_chunk(_lines(raw), first_line, self.ctx)]
+            return self.flush(), [parse_chunk(_lines(raw), first_line, self.ctx)]
+        before: list[Parsed] = []
+        if self.first_line is None or not (self.last_dated and slices[0].first_dated):
+            before = self.flush()
+            if not any(s.bulk for s in slices):     # nothing for the scanner: the general path's own reading
+                lines = pl.from_arrow(keep_text)
+                assert isinstance(lines, pl.Series)
+                return before, [parse_chunk(lines, first_line, self.ctx)]
+        self.keep_text.append(keep_text)
         self.keep_lines.append(line_of[keep])
+        for s in slices:
+            s.chunk = len(self.chunks)
         self.slices += slices
+        self.chunks.append(first_line)
+        self.last_dated = slices[-1].last_dated
         self.first_line = first_line if self.first_line is None else self.first_line
         self.lines += n
         self.bytes += len(raw)
-        return self.flush() if self.bytes >= self.group_bytes else []
+        return before, (self.flush() if self.bytes >= self.group_bytes else [])
 
     def flush(self) -> list[Parsed]:
         """The ``Parsed`` of the chunks added since the last one (none: nothing)."""
@@ -148,6 +184,7 @@ class ScanGroup:
         ctx, slices = self.ctx, self.slices
         keep = pl.from_arrow(pa.chunked_array(self.keep_text, pa.large_string()))
         assert isinstance(keep, pl.Series)
+        record_ts = ctx.record_ts
         out = parse_chunk(keep, self.first_line, ctx, line_numbers=np.concatenate(self.keep_lines).tolist(),
                           whole=False)
         # the rows of every bulk line come from the scanner: the general parser's of those it saw are dropped
@@ -157,9 +194,9 @@ class ScanGroup:
             if rows:
                 out.tables[table] = _in_line_order(out.tables.get(table), seen, _concat(rows))
         assert out.starts is not None
-        _chunk_facts(out.starts, ctx, out, slices)
+        _chunk_facts(out.starts, ctx, out, slices, self.chunks)
         out.starts = None
-        _record_time(out, ctx)
+        _record_time(out, ctx, self.chunks, record_ts)
         out.lines = self.lines
         self._start()
         return [out]
@@ -188,6 +225,10 @@ class _Slice:
         kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart, rid, uranks = sc.scan(
             text.buf, starts[a:b], ends[a:b], brackets[lo:hi], ascii_all)
         bulk = (kind == sc.BATCH) | (kind == sc.ACCESS)
+        self.bulk = bool(bulk.any())
+        # a plain SGLang prefix with a valid time (any message): a dated record start for the general parser
+        self.first_dated, self.last_dated = bool(kind[0] != sc.REST), bool(kind[-1] != sc.REST)
+        self.chunk = 0                                  # which chunk of its group (ScanGroup.add)
         other = ~bulk
         near = np.zeros(len(kind), np.bool_)
         near[1:] |= other[:-1]
@@ -325,41 +366,78 @@ class _Bulk:
 
 
 def _release_records(ctx: FileContext) -> int:
-    """How many bulk lines' messages the release traits are looked for in: the first 20000 records, and
-    none once the file is known to be of the newest release."""
-    return 0 if ctx.release == RELEASE_ORDER[0] else 20000
+    """How many bulk lines' messages of a chunk the release traits are looked for in: as ``chunk_facts``, a
+    chunk's first RELEASE_RECORDS records, and none once the file is known to be of the newest release."""
+    return 0 if ctx.release == RELEASE_ORDER[0] else sglang_log.RELEASE_RECORDS
 
 
-def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list[_Slice]) -> None:
-    """``chunk_facts`` over the records of the whole chunk in file order: the general parser's (``rest``:
-    line, ts_dt, msg, ranks) and the bulk lines it did not see (the slices' ``facts``: times and lines from
-    the scanner's arrays; messages only where the release traits are looked for; ranks as their few
-    distinct texts, in undated rows of their own: only whether one prints PP before TP counts)."""
-    names = sorted({" " + r if r else "" for s in slices for r in s.rank_names})
-    records = pl.concat([
-        rest.select("line", pl.col("ts_dt").cast(pl.Datetime("us")), "msg", "ranks"),
-        *(s.facts.with_columns(pl.lit(None, dtype=pl.String).alias("ranks")) for s in slices),
-        pl.DataFrame({"line": pl.repeat(None, len(names), dtype=pl.Int64, eager=True),
-                      "ts_dt": pl.repeat(None, len(names), dtype=pl.Datetime("us"), eager=True),
-                      "msg": pl.repeat(None, len(names), dtype=pl.String, eager=True),
-                      "ranks": pl.Series(names, dtype=pl.String)}),
-    ]).sort("line", nulls_last=True)
-    chunk_facts(records, ctx, out)
+def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list[_Slice], chunks: list[int]) -> None:
+    """What ``chunk_facts`` says of each chunk of the group in turn (``chunks``: their first lines, as the
+    general path reads them), computed at once over the group's records in file order: the general parser's
+    (``rest``: line, ts_dt, msg, ranks) and the bulk lines it did not see (the slices' ``facts``: times and
+    lines from the scanner's arrays; messages only where the release traits are looked for; ranks as their
+    few distinct texts: only whether one prints PP before TP counts).
+
+    The release: the traits in each chunk's first RELEASE_RECORDS messages, all chunks' at once (chunk by
+    chunk, only releases newer than the chunks before point at are looked for: the newest found is the
+    same).  The clock's steps back: counted over the group, the largest of each chunk as its own sort
+    picks it.  The last time: the latest of the last chunk with a dated record."""
+    # both in line order already (the slices' in turn): merged, not sorted
+    records = rest.select("line", pl.col("ts_dt").cast(pl.Datetime("us")), "msg") \
+        .merge_sorted(pl.concat([s.facts for s in slices]), key="line")
+    chunk = np.searchsorted(np.asarray(chunks), records.get_column("line").to_numpy(), side="right") - 1
+    records = records.with_columns(pl.Series("chunk", chunk))
+    known = RELEASE_ORDER.index(ctx.release) if ctx.release in RELEASE_ORDER else len(RELEASE_ORDER)
+    ranks = pl.concat([rest.get_column("ranks").drop_nulls(),
+                       pl.Series([" " + r if r else "" for s in slices for r in s.rank_names], dtype=pl.String)])
+    pp_first = known > RELEASE_ORDER.index("0.5.10") and ranks.str.contains(sglang_log.PP_FIRST).any()
+    msg = records.get_column("msg")
+    said = ~msg.is_null().to_numpy()
+    of = chunk[said]                                    # each message's chunk (ascending): its place in it
+    head = np.arange(len(of)) - np.searchsorted(of, of, side="left") < sglang_log.RELEASE_RECORDS
+    out.release = newest_release(release_of(msg.filter(pl.Series(said)).filter(pl.Series(head)), ctx.release),
+                                 "0.5.10" if pp_first else None)
+    dated = records.filter(pl.col("ts_dt").is_not_null())
+    if not dated.height:
+        return
+    prev = pl.col("ts_dt").shift(1)
+    if ctx.prev_ts is not None:
+        prev = prev.fill_null(pl.lit(ctx.prev_ts))
+    steps = dated.with_columns((prev - pl.col("ts_dt")).dt.total_milliseconds().alias("back_ms")) \
+        .filter(pl.col("back_ms") > BACKWARDS_S * 1000)
+    if steps.height:
+        out.backwards = steps.height
+        tops = [steps.filter(pl.col("chunk") == c).drop("chunk").sort("back_ms", descending=True).row(0, named=True)
+                for c in steps.get_column("chunk").unique().to_list()]
+        out.largest_back = max((t["back_ms"] / 1000, t["line"]) for t in tops)
+    ts = dated.get_column("ts_dt")
+    ctx.prev_ts = ts[-1]
+    ctx.last_ts = ts.filter(dated.get_column("chunk") == dated.get_column("chunk")[-1]).max()  # type: ignore[assignment]
 
 
-def _record_time(out: Parsed, ctx: FileContext) -> None:
-    """The dated record furthest down the chunk (access lines without a time of their own in the next chunk
-    are dated by it), when the chunk has access lines (as ``_date_bare_access`` keeps it)."""
+def _record_time(out: Parsed, ctx: FileContext, chunks: list[int], before: Any) -> None:
+    """The record access lines without a time of their own in later chunks are dated by, as
+    ``_date_bare_access`` keeps it chunk by chunk (``chunks``: their first lines): the dated record furthest
+    down the last chunk that has access lines and a dated record; where none has, ``before`` (as it was
+    before the group)."""
+    ctx.record_ts = before
     access = out.tables.get("http_requests")
     if access is None or not len(access):
         return
     frames = [f if isinstance(f, pl.DataFrame) else pl.from_arrow(f.select(["line", "ts"]))
               for f in (access, out.tables.get("batches"), out.tables.get("events")) if f is not None and len(f)]
-    last = [f.filter(pl.col("ts").is_not_null()).select(pl.col("line").max(), pl.col("ts").sort_by("line").last())
-            .row(0) for f in frames]
-    last = [r for r in last if r[0] is not None]
-    if last:
-        ctx.record_ts = max(last)[1]
+    for first, after in reversed(list(zip(chunks, [*chunks[1:], None], strict=True))):
+        at = pl.col("line") >= first
+        if after is not None:
+            at = at & (pl.col("line") < after)
+        if not frames[0].select(at.any()).item():         # (frames[0]: the access lines)
+            continue
+        ends = [f.filter(at & pl.col("ts").is_not_null())
+                .select(pl.col("line").max(), pl.col("ts").sort_by("line").last()).row(0) for f in frames]
+        ends = [r for r in ends if r[0] is not None]
+        if ends:
+            ctx.record_ts = max(ends)[1]
+            return
 
 
 def _masked(values: np.ndarray, status: np.ndarray) -> pa.Array:

@@ -79,6 +79,10 @@ class Parsed:
 # Interleaved processes disorder their lines by milliseconds; a step back larger than this is a clock
 # that went backwards (NTP step, a container restart on another clock, lines pasted out of order).
 BACKWARDS_S = 2.0
+# The release traits are looked for in each chunk's first this many records (a bound on the regexes' work).
+RELEASE_RECORDS = 20000
+# Ranks printed PP before TP: only from 0.5.10 on.
+PP_FIRST = r" PP\d+.* TP\d+"
 
 
 
@@ -345,10 +349,9 @@ def chunk_facts(starts: pl.DataFrame, ctx: FileContext, out: Parsed) -> None:
     formats point at (only releases newer than the one the file is known to be: an older one cannot change
     the file's), the last time, and the clock's steps backwards."""
     known = RELEASE_ORDER.index(ctx.release) if ctx.release in RELEASE_ORDER else len(RELEASE_ORDER)
-    # ranks printed PP before TP exist only from 0.5.10 on
     pp_first = known > RELEASE_ORDER.index("0.5.10") and \
-        starts.get_column("ranks").drop_nulls().str.contains(r" PP\d+.* TP\d+").any()
-    out.release = newest_release(release_of(starts.get_column("msg").drop_nulls().head(20000), ctx.release),
+        starts.get_column("ranks").drop_nulls().str.contains(PP_FIRST).any()
+    out.release = newest_release(release_of(starts.get_column("msg").drop_nulls().head(RELEASE_RECORDS), ctx.release),
                                  "0.5.10" if pp_first else None)
     last = starts.get_column("ts_dt").drop_nulls()
     if last.len():

@@ -12,7 +12,8 @@ cached) walks each line's bytes once and takes only lines it can read with certa
 Every value is found exactly as the general parser's regexes find it (the first ``, key: value`` of
 each column's keys, leftmost-first like the regex); a value it cannot type with certainty (not a plain
 decimal) marks the line, which the general extraction then types.  Anything else is left to the
-general parser: kind 0.
+general parser: kind 0, or ``DATED`` for a line with such a prefix and another message (a dated record start
+for the general parser too: where chunks may be read together, ``sglang_fast.ScanGroup``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from numba import njit as _numba_njit
 
 from .sglang_patterns import BATCH_FLOAT_KEYS, BATCH_INT_KEYS, PENDING_KEYS
 
-REST, BATCH, ACCESS, BATCH_SLOW = 0, 1, 2, 3
+REST, BATCH, ACCESS, BATCH_SLOW, DATED = 0, 1, 2, 3, 4   # DATED: a plain prefix, a valid time, another message
 
 # Whether the compiled code is cached on disk (beside this file, or in NUMBA_CACHE_DIR / the user's cache).
 # Where no cache directory is writable, numba refuses ``cache=True``: the functions are then declared
@@ -507,13 +508,14 @@ def _line(buf, s: int, e: int, row: int, ts, rank, ival, ist, fval, fst, graph, 
     k = _batch(buf, ms, e, ival, ist, fval, fst, graph, flags, row)
     if k == REST:
         k = _access(buf, ms, e, spans, row)
-    if k != REST:
-        ts[row] = us
-        mstart[row] = ms
-        a, b = s + 20, close
-        while a < b and buf[a] == 32:
-            a += 1
-        rank[row, 0], rank[row, 1] = a, b
+    if k == REST:
+        return DATED
+    ts[row] = us
+    mstart[row] = ms
+    a, b = s + 20, close
+    while a < b and buf[a] == 32:
+        a += 1
+    rank[row, 0], rank[row, 1] = a, b
     return k
 
 

@@ -1,0 +1,273 @@
+"""The compiled scanner (``sglang_fast``) against the general parser, table by table: a plain log ingested
+both ways stores the same rows in every table (and the same ``sources`` row, but for when it was read).
+
+The general path reads a log in the reader's chunks, one ``parse_chunk`` each; the scanner path reads the
+same chunks but has the general parser read the lines it leaves of several chunks at once.  What depends on
+where a chunk starts must come out the same: the head of a chunk that is no record start (a last line
+without its newline, a line the reader takes for a record start and the parser does not) is unparsed, not a
+continuation of the record above it; the release traits are looked for in each chunk's first records; the
+clock's steps back, the last time and the record bare access lines are dated by carry over from chunk to
+chunk.  And the lines the general parser reads of a group are renumbered to the file's: so are the ids of
+py-spy threads named by their line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from hangforensics import api
+from hangforensics.ingest import parse
+from hangforensics.parsers.sglang import sglang_fast, sglang_log
+from hangforensics.readers.logfile import RECORD_START, iter_chunks
+
+REPO = Path(__file__).resolve().parents[1]
+PASTES = REPO / "tests" / "data" / "real_pastes"
+TABLES = ("events", "batches", "http_requests", "vllm_stats", "stacks", "frames", "leak_reports",
+          "collective_records", "unparsed")
+CLOCKED = {"events", "batches", "http_requests", "vllm_stats", "stacks", "leak_reports"}
+
+
+def _tables(db: Path) -> dict[str, list[tuple]]:
+    """Every loaded table's rows (sources without its row id and read time, its release hint first), in a
+    canonical order."""
+    out = {}
+    with duckdb.connect(str(db), read_only=True) as con:
+        for name in (*TABLES, "sources"):
+            table = f"t_{name}" if name in CLOCKED else name
+            cols = "release_hint, * EXCLUDE (source_id, ingested_at, release_hint)" if name == "sources" else "*"
+            # NaN spelled out: a NaN equals no other in Python's comparison of rows
+            out[name] = [tuple("NaN" if v != v else v for v in row)
+                         for row in con.execute(f"SELECT {cols} FROM {table} ORDER BY ALL").fetchall()]
+    return out
+
+
+def _both_ways(paths: list[Path], tmp: Path, monkeypatch: pytest.MonkeyPatch,
+               mode: str = "engine") -> tuple[dict[str, list[tuple]], dict[str, list[tuple]]]:
+    """``paths`` ingested through the scanner (however small the log) and through the general parser alone:
+    every table's rows, the first way and the second.  The scanner must have read something."""
+    scanned: list[int] = []
+    add = sglang_fast.ScanGroup.add
+
+    def counted(self: sglang_fast.ScanGroup, raw: bytes, first_line: int) -> tuple[list, list]:
+        scanned.append(len(raw))
+        return add(self, raw, first_line)
+
+    monkeypatch.setattr(sglang_fast.ScanGroup, "add", counted)
+    got = []
+    for scan_min in ("0", str(1 << 40)):
+        monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", scan_min)
+        db = tmp / f"{scan_min}.duckdb"
+        api.ingest(paths, db, mode=mode)
+        got.append(_tables(db))
+        if scan_min == "0":
+            assert scanned, "the scanner read nothing"
+    return got[0], got[1]
+
+
+def _assert_same(fast: dict[str, list[tuple]], general: dict[str, list[tuple]]) -> None:
+    bad = []
+    for name in fast:
+        a, b = fast[name], general[name]
+        if a != b:
+            only_a = [r for r in a if r not in b][:3]
+            only_b = [r for r in b if r not in a][:3]
+            bad.append(f"{name}: scanner {len(a)} rows, general {len(b)}\n  only scanner: {only_a}\n"
+                       f"  only general: {only_b}")
+    assert not bad, "\n".join(bad)
+
+
+# -- a last line without its newline: the reader makes it a chunk of its own --------------------------------
+@pytest.mark.parametrize("paste", ["vllm-12314-steady-one-request", "sglang-36081-pool-leak-swa-traceback",
+                                   "vllm-3053-sigsegv-graph-capture"])
+def test_a_last_line_cut_short_is_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch, paste: str) -> None:
+    """Pastes cut mid-line at the end (a vLLM stats line, a traceback's frame, a faulthandler frame): the
+    last line, without its newline, is a chunk of its own; not a record start, it stays unparsed both ways
+    (in one call of the general parser it would continue the record above it)."""
+    log = PASTES / paste / "description.md"
+    assert not log.read_bytes().endswith(b"\n")
+    fast, general = _both_ways([PASTES / paste], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    last = log.read_bytes().count(b"\n") + 1
+    assert [r for r in general["unparsed"] if r[2] == last], "the cut line is kept in unparsed"
+
+
+# -- a chunk cut before a line the reader takes for a record start and the parser does not --------------------
+_T0 = datetime(2026, 3, 1, 10, 0, 0)
+
+
+def _stamp(t: float) -> str:
+    return (_T0 + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _vllm_stamp(t: float) -> str:
+    return (_T0 + timedelta(seconds=t)).strftime("%m-%d %H:%M:%S")
+
+
+def _mixed_log(r: random.Random, n: int) -> list[str]:
+    """An SGLang log with vLLM and glog lines, tracebacks, dumps, bare access lines, clock steps back, and
+    lines the reader may cut a chunk before that start no record (a vLLM head cut short, a rank the prefix
+    grammar refuses), each kind dense in some stretches."""
+    t = 0.0
+    lines: list[str] = []
+    weights = [r.random() for _ in range(14)]
+    for _ in range(n):
+        t += r.choice([0, 0.5, 1, 2]) if r.random() > 0.01 else -r.randint(3, 600)
+        rank = r.choice(["", " TP0", " TP1", " DP0 TP0", " PP0 TP1"])
+        k = r.choices(range(14), weights)[0]
+        lines += [
+            [f"[{_stamp(t)}{rank}] Decode batch, #running-req: {r.randint(1, 40)}, #token: 8, token usage: 0.01, "
+             f"gen throughput (token/s): 1.5, #queue-req: 0"],
+            [f'[{_stamp(t)}] INFO:     10.0.0.{r.randint(1, 9)}:5000 - "POST /generate HTTP/1.1" 200 OK'],
+            [f'INFO:     10.0.0.{r.randint(1, 9)}:5000 - "GET /health HTTP/1.1" 200 OK'],
+            [f"INFO {_vllm_stamp(t)} metrics.py:449] Avg prompt throughput: 0.0 tokens/s, Avg generation "
+             f"throughput: 41.7 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: "
+             f"2.0%, CPU KV cache usage: 0.0%."],
+            [f"INFO {_vllm_stamp(t)} me"],
+            [f"[{_stamp(t)} XX1] a rank the prefix grammar refuses"],
+            [f"I{_vllm_stamp(t)[:5].replace('-', '')} {_vllm_stamp(t)[6:]}.123456 812 ProcessGroupNCCL.cpp:1234] "
+             f"[PG 0 Rank 1] Watchdog caught collective operation timeout"],
+            [f"[{_stamp(t)} TP0] Scheduler hit an exception: Traceback (most recent call last):",
+             '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1815, in event_loop',
+             "    self.on_idle()",
+             "ValueError: token_to_kv_pool_allocator memory leak detected! available_size=1, protected_size=0, "
+             "self.max_total_num_tokens=2"][:r.randint(1, 4)],
+            ['  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1815, in event_loop'],
+            [""],
+            [f"[{_stamp(t)} TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"],
+            [f"[{_stamp(t)} TP0] Scheduler debug info:", "scheduler.cur_batch.batch_size()=6"],
+            # (a thread header cut short: the frames after it are an unknown thread's, named by its line)
+            [f"[{_stamp(t)} TP0] Pyspy dump for PID 1000:", "Process 1000: sglang::scheduler_TP0", "",
+             'Thread 1000 (idle): "MainThread"', "    recvmsg (libc.so.6)",
+             "    Scheduler.event_loop_overlap (sglang/srt/managers/scheduler.py:1052)", "Thread 10",
+             "    run_scheduler_process (sglang/srt/managers/scheduler.py:2410)"],
+            [f"[{_stamp(t)}{rank}] Prefill batch, #new-seq: 1, #new-token: {r.randint(1, 3000)}, #cached-token: 0, "
+             f"token usage: 0.01, #running-req: 1, #queue-req: 0, accept rate: 0.5"],
+        ][k]
+    return lines
+
+
+def _chunk_heads(log: Path) -> list[str]:
+    """The first line of each chunk the reader cuts ``log`` into (at the chunk size in force)."""
+    return [c.lines[0] for c in iter_chunks(log, records=True, chunk_bytes=parse.CHUNK_BYTES)]
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_chunks_cut_anywhere_are_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Small chunks (many cuts, some before a line that starts no record), the scanner's groups of several
+    chunks and slices, the release traits looked for in a chunk's first few records: the same rows."""
+    monkeypatch.setattr(parse, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(sglang_fast, "GROUP_BYTES", 64 * 1024)
+    monkeypatch.setattr(sglang_fast, "SLICE_LINES", 300)
+    monkeypatch.setattr(sglang_log, "RELEASE_RECORDS", 30)
+    r = random.Random(seed)
+    log = tmp_path / "e" / "server.log"
+    log.parent.mkdir()
+    log.write_text("\n".join(_mixed_log(r, 2500)) + "\n")
+    heads = _chunk_heads(log)
+    assert len(heads) > 50
+    assert any(RECORD_START.match(b"\n" + h.encode()) and (" me" in h or "XX1" in h) for h in heads), \
+        "no chunk starts at a line the parser starts no record at"
+    fast, general = _both_ways([log.parent], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    assert len(fast["batches"]) > 100 and fast["unparsed"]
+    assert any(str(r[2]).startswith("?") and str(r[2])[1:].isdigit() for r in fast["stacks"])   # thread_id
+
+
+# -- the release traits in a later chunk's first records ------------------------------------------------------
+def test_release_traits_are_looked_for_in_each_chunks_first_records(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0.5.10 trait (the watchdog's 'self.soft=False') past the file's first RELEASE_RECORDS records but
+    among a later chunk's first ones points at 0.5.10 both ways (the general path looks at each chunk's
+    first records: a group of chunks read at once is looked at chunk by chunk too)."""
+    monkeypatch.setattr(parse, "CHUNK_BYTES", 16 * 1024)
+    monkeypatch.setattr(sglang_log, "RELEASE_RECORDS", 40)
+    log = tmp_path / "e" / "server.log"
+    log.parent.mkdir()
+
+    def batch(i: int) -> str:
+        return f"[{_stamp(i)} TP0] Decode batch, #running-req: {i % 40:2d}, #token: 8, token usage: 0.01, " \
+               f"accept rate: 0.5, #queue-req: 0"
+
+    lines = [batch(i) for i in range(1000)]
+    log.write_text("\n".join(lines) + "\n")
+    # every line of one length: the cuts stay where they are when one line is replaced by another as long
+    firsts = [c.first_line for c in iter_chunks(log, records=True, chunk_bytes=parse.CHUNK_BYTES)]
+    at = firsts[3] + 5                                   # the 6th record of the 4th chunk
+    trait = f"[{_stamp(at)} TP0] Scheduler watchdog timeout (self.soft=False)"
+    lines[at - 1] = trait + " " * (len(lines[at - 1]) - len(trait))
+    log.write_text("\n".join(lines) + "\n")
+    assert [c.first_line for c in iter_chunks(log, records=True, chunk_bytes=parse.CHUNK_BYTES)] == firsts
+    assert at > 40
+    fast, general = _both_ways([log.parent], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    assert [r[0] for r in general["sources"]] == ["0.5.10"]
+
+
+# -- a generated busy log of a few MB ---------------------------------------------------------------------------
+def test_a_generated_stalled_engine_is_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/generate.py's stalled engine of 4 MB (two chunks, the stall's watchdog and dump in the second,
+    whose first records point at 0.5.10) at the reader's own chunk size: the same rows, the same release."""
+    spec = importlib.util.spec_from_file_location("bench_generate", REPO / "bench" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    gen.write_engine(tmp_path / "e", "stalled", 4.0, 2)
+    fast, general = _both_ways([tmp_path / "e"], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    assert [r[0] for r in general["sources"]] == ["0.5.10"]
+
+
+# -- where the scanner runs ---------------------------------------------------------------------------------------
+def test_a_process_with_the_scanner_loaded_reads_every_plain_log_with_it() -> None:
+    """Loading numba and the scanner's code costs about a second: a process that has not (the CLI reading a
+    small input itself) keeps the size threshold; one that has (a parser worker: ``worker.warm_up`` in its
+    fork server) reads a plain log of any size with the scanner."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from hangforensics.parsers.sglang import sglang_fast as f\n"
+            "from hangforensics.ingest.worker import warm_up\n"
+            "print(f.scan_min_bytes() == f.SCAN_MIN_BYTES > 0)\n"
+            "warm_up()\n"
+            "print(f.scanner() is not None and f.scan_min_bytes() == 0)\n")
+    env = {k: v for k, v in os.environ.items() if k != "HANGFORENSICS_SCAN_MIN_BYTES"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "True"]
+
+
+@pytest.mark.parametrize(("logs", "scanner"), [(["plain_sglang.log"], True), (["kubectl.log", "cri_split.log"], False)])
+def test_the_parser_pool_loads_the_scanner_where_a_plain_log_is_read(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                                     logs: list[str], scanner: bool) -> None:
+    """A pool that reads a plain server log, however small, has its workers forked with the scanner loaded;
+    one that reads only logs behind a collector's envelope (never scanned) does not load it."""
+    import shutil
+
+    from hangforensics.ingest import fork_server, pipeline
+    from hangforensics.store import Store
+
+    asked: list[bool] = []
+    context = fork_server.context
+
+    def recorded(scanner: bool) -> object:
+        asked.append(scanner)
+        return context(scanner)
+
+    monkeypatch.delenv("HANGFORENSICS_SCAN_MIN_BYTES", raising=False)
+    monkeypatch.setattr(fork_server, "context", recorded)
+    monkeypatch.setattr(pipeline, "PARALLEL_MIN_BYTES", 1024)
+    for k, name in enumerate(logs):
+        (tmp_path / "fleet" / f"e{k}").mkdir(parents=True)
+        shutil.copy(REPO / "tests" / "data" / "envelopes" / name, tmp_path / "fleet" / f"e{k}" / "server.log")
+    (tmp_path / "fleet" / "dump").mkdir()
+    shutil.copy(REPO / "tests" / "data" / "envelopes" / "neg_pyspy.txt", tmp_path / "fleet" / "dump" / "pyspy.txt")
+    with Store(tmp_path / "x.duckdb") as st:
+        pipeline.ingest_paths(st, [tmp_path / "fleet"], mode="fleet", jobs=2)
+        assert st.scalar("SELECT count(*) FROM sources WHERE status = 'ok'") == len(logs) + 1
+    assert asked == [scanner]
