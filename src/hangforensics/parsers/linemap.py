@@ -11,8 +11,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .datetimes import datetime_series
+
 if TYPE_CHECKING:                  # polars is imported where rows are renumbered: planning does not need it
     import polars as pl
+
+
+FEW = 256               # up to this many rows, ``frame`` looks lines up in Python
 
 
 class LineMap:
@@ -43,6 +48,10 @@ class LineMap:
 
         if not df.height:
             return df
+        if df.height <= FEW:
+            done = self._few(df, cols, collected)
+            if done is not None:
+                return done
         if self._lines_s is None:
             self._lines_s = pl.Series(self.lines, dtype=pl.Int64)
         idx = {c: (pl.col(c) - self.first) for c in cols if c in df.columns}
@@ -53,6 +62,23 @@ class LineMap:
             exprs.append(pl.lit(self._ts_s).gather(idx["line"]).alias("collected_ts"))
         exprs += [pl.lit(self._lines_s).gather(e).alias(c) for c, e in idx.items()]
         return df.with_columns(exprs)
+
+    def _few(self, df: pl.DataFrame, cols: tuple[str, ...], collected: bool) -> pl.DataFrame | None:
+        """``frame`` of a few rows, looked up in Python (a polars operation costs more); None when a line is
+        not in the map (``frame``'s polars lookup says what then)."""
+        import polars as pl
+
+        values = {c: df.get_column(c).to_list() for c in cols if c in df.columns}
+        n = len(self.lines) if not collected or self.collected is None else min(len(self.lines), len(self.collected))
+        if any(v is not None and not 0 <= v - self.first < n for vs in values.values() for v in vs):
+            return None
+        out = []
+        if collected and self.collected is not None:
+            ts = self.collected
+            out.append(datetime_series("collected_ts", [None if v is None else ts[v - self.first] for v in values["line"]]))
+        out += [pl.Series(c, [None if v is None else self.lines[v - self.first] for v in vs], dtype=pl.Int64)
+                for c, vs in values.items()]
+        return df.with_columns(out)
 
     def dicts(self, rows: list[dict[str, Any]], cols: tuple[str, ...] = ("line",), collected: bool = False,
               id_prefix: str | None = None) -> list[dict[str, Any]]:

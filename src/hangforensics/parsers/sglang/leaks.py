@@ -90,7 +90,8 @@ def leak_from_record(kind: str, lines: list[str]) -> dict[str, Any] | None:
         context = "idle"
     # The form is read from the check's own lines, not from traceback paths (swa_radix_cache.py, ...).
     text = "\n".join(s for s in lines if not s.startswith(("  File ", "    ")))
-    if "[full] total=" in text or re.search(r"(?<![\w-])pool memory leak", text):   # not req_to_token_pool's
+    # not req_to_token_pool's (the literal test first: the search alone scans a watchdog dump's long lines)
+    if "[full] total=" in text or ("pool memory leak" in text and re.search(r"(?<![\w-])pool memory leak", text)):
         form = "pool"
     elif leaked or "mamba" in text:
         form = "mamba"

@@ -13,6 +13,7 @@ one of the template's fields.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import polars as pl
 
@@ -64,7 +65,13 @@ def _value(keys: list[str], alts: list[str] | set[str]) -> pl.Expr | None:
     return None if j is None else pl.col(f"f{j}")
 
 
-def _typed(keys: list[str]) -> list[pl.Expr]:
+def _collect(lf: pl.LazyFrame) -> pl.DataFrame:
+    """Steps run as one query (a polars operation's fixed cost is most of a few lines' cost)."""
+    return lf.collect(engine="in-memory", optimizations=pl.QueryOptFlags.none())
+
+
+@lru_cache(maxsize=64)
+def _typed(keys: tuple[str, ...]) -> list[pl.Expr]:
     """The batches columns of template rows (values in columns f0, f1, ...), cast as ``_generic`` casts
     (without its strip: a template's values hold no blank)."""
     cols: list[pl.Expr] = [pl.col(c) for c in CTX] + [pl.col("bkind").alias("batch_kind"),
@@ -106,11 +113,16 @@ def batch_rows(b: pl.DataFrame, ctx_cols: list[pl.Expr]) -> pl.DataFrame:
         if t is None:
             break
         regex, keys = t
-        got = rest.select(*ctx_cols, pl.col("msg").str.extract_groups(regex).alias("_g")).unnest("_g")
-        hit = got.get_column("bkind").is_not_null()
-        if not hit.any():
+        got = _collect(rest.lazy().select(*ctx_cols, pl.col("msg").str.extract_groups(regex).alias("_g")).unnest("_g"))
+        missed = got.get_column("bkind").null_count()
+        if missed == got.height:
             break
-        parts.append(got.filter(hit).select(_typed(keys)))
+        if not missed:                  # (every line of this template)
+            parts.append(_collect(got.lazy().select(_typed(tuple(keys)))))
+            rest = rest.clear()
+            break
+        hit = got.get_column("bkind").is_not_null()
+        parts.append(_collect(got.lazy().filter(hit).select(_typed(tuple(keys)))))
         rest = rest.filter(~hit)
     if rest.height:
         parts.append(_generic(rest, ctx_cols))

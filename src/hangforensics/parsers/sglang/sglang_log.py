@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import polars as pl
 
+from ..datetimes import datetime_lit, datetime_series
+from ..kind_table import KindTable
 from ..linemap import LineMap
 from ..torch_jobs.torch_job import CHILD_FAILED_ALWAYS
 from ..vllm import vllm_log
@@ -86,28 +88,26 @@ PP_FIRST = r" PP\d+.* TP\d+"
 
 
 
+_TRAIT_SEARCHES: dict[int, list[pl.Expr]] = {}      # release_of's searches of the first n releases
+
+
 def release_of(msgs: pl.Series, known: str | None = None) -> str | None:
     """The newest release family whose traits appear in these messages (None: no trait seen); with
     ``known``, only releases newer than it are looked for."""
-    for release, rx in RELEASE_TRAITS:
-        if release == known:
-            break
+    looked = RELEASE_TRAITS[:RELEASE_ORDER.index(known) if known in RELEASE_ORDER else None]
+    if msgs.null_count() == msgs.len():         # (no message: no trait)
+        return None
+    if msgs.len() <= SMALL_ROWS:        # one query (a fixed cost each): every release's search at once
+        if not looked:
+            return None
+        if len(looked) not in _TRAIT_SEARCHES:
+            _TRAIT_SEARCHES[len(looked)] = [pl.col("m").str.contains(rx).any().alias(r) for r, rx in looked]
+        seen = msgs.to_frame("m").select(_TRAIT_SEARCHES[len(looked)]).row(0)
+        return next((r for (r, _), hit in zip(looked, seen, strict=True) if hit), None)
+    for release, rx in looked:
         if msgs.str.contains(rx).any():
             return release
     return None
-
-
-def _ts_expr(col: str) -> pl.Expr:
-    ts = pl.col(col).str.replace(",", ".").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False)
-    # polars parses year 0000, which no Python datetime can hold (the rows are read back in Python): unknown
-    return pl.when(ts.dt.year() >= 1).then(ts)
-
-
-def _kind_chain(col: pl.Expr, table: list[tuple[str, str]], default: str | None) -> pl.Expr:
-    expr = pl.when(col.str.contains(table[0][1])).then(pl.lit(table[0][0]))
-    for name, rx in table[1:]:
-        expr = expr.when(col.str.contains(rx)).then(pl.lit(name))
-    return expr.otherwise(pl.lit(default, dtype=pl.String))
 
 
 # An SGLang prefix at the start of the line, without fraction: its time and ranks are cut by position.
@@ -115,41 +115,97 @@ _FAST_PREFIX = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[\] ]"
 _RANKS = re.compile(r"(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*")
 _BATCH_HEAD = r"^(?:Prefill|Decode) batch(?: \[\d+\])?[.,] "
 
+# Each polars operation, and each expression in it, costs microseconds whatever its height: a small chunk's
+# cost is their number.  So steps run fused in one query (``_collect``), a step is skipped where a cheap test
+# shows it has nothing to do, and up to SMALL_ROWS lines per-line expressions run on all lines under their
+# mask (the same values; a larger chunk runs the costly ones on the lines that need them: ``_on_rows``) and
+# columns are put together in Python.
+SMALL_ROWS = 1024
+_NO_OPT = pl.QueryOptFlags.none()
 
-def _on_rows(df: pl.DataFrame, mask: pl.Expr, exprs: list[pl.Expr], dtype: pl.DataType) -> pl.DataFrame:
-    """``exprs`` (of type ``dtype``) evaluated on the rows of ``df`` where ``mask`` holds (few rows: the
-    costly expressions run only there), as full-height columns, null on the other rows."""
-    sub = df.filter(mask)
+
+def _collect(lf: pl.LazyFrame) -> pl.DataFrame:
+    """A chain of eager steps run as one query (on the engine eager operations use, as written)."""
+    return lf.collect(engine="in-memory", optimizations=_NO_OPT)
+
+
+def _nulls(name: str, n: int, dtype: pl.DataType) -> pl.Series:
+    return pl.Series(name, [None] * n, dtype=dtype) if n <= SMALL_ROWS else \
+        pl.repeat(None, n, dtype=dtype, eager=True).alias(name)
+
+
+def _on_rows(df: pl.DataFrame, mask: pl.Expr, exprs: list[pl.Expr], dtype: pl.DataType,
+             pre: pl.Expr | None = None) -> list[pl.Expr | pl.Series]:
+    """``exprs`` (of type ``dtype``) evaluated on the rows of ``df`` where ``mask`` holds, null on the other
+    rows, as columns for ``df.with_columns``: on a small frame the expressions under the mask, on a larger one
+    full-height Series (the costly expressions run on the few masked rows only).  ``pre``: a cheaper test
+    the rows where the expressions give a value pass (then always the larger frame's way: the expressions
+    are costly on some lines)."""
+    if df.height <= SMALL_ROWS and pre is None:
+        return [pl.when(mask).then(e).alias(e.meta.output_name()) for e in exprs]
     names = [e.meta.output_name() for e in exprs]
-    if not sub.height:                  # nothing to evaluate (nor regexes to compile)
-        return pl.DataFrame([pl.repeat(None, df.height, dtype=dtype, eager=True).alias(n) for n in names])
-    sub = sub.select("i", *exprs)
-    cols = []
-    for name in names:
-        full = pl.repeat(None, df.height, dtype=dtype, eager=True).alias(name)
-        cols.append(full.scatter(sub.get_column("i"), sub.get_column(name)))
-    return pl.DataFrame(cols)
+    lf = df.lazy().filter(mask)
+    sub = _collect((lf if pre is None else lf.filter(pre)).select("i", *exprs))
+    if not sub.height:
+        return [_nulls(n, df.height, dtype) for n in names]
+    return [_scatter(n, df.height, sub.get_column("i"), sub.get_column(n), dtype) for n in names]
 
 
-def _prefix(df: pl.DataFrame) -> pl.DataFrame:
-    """ts and ranks of the prefix of each line's body: cut by position where the line starts with a plain
-    SGLang prefix (the bulk), by the anchored regex PREFIX_HEAD elsewhere."""
-    body = pl.col("body")
-    close = body.str.find("]", literal=True)
-    df = df.with_columns((body.str.contains(_FAST_PREFIX) & close.is_not_null()).alias("_fast"), close.alias("_close"))
-    df = df.with_columns(pl.when(pl.col("_fast")).then(body.str.slice(20, pl.col("_close") - 20)).alias("ranks"))
-    # a ranks field the prefix grammar refuses (the regex would not match there either): the regex decides
-    bad = [r for r in df.get_column("ranks").drop_nulls().unique().to_list() if not _RANKS.fullmatch(r)]
-    if bad:
-        df = df.with_columns((pl.col("_fast") & ~pl.col("ranks").is_in(bad)).alias("_fast"))
-    fast = pl.col("_fast")
-    df = df.with_columns(pl.when(fast).then(body.str.slice(1, 19)).alias("ts"),
-                         pl.when(fast).then(pl.col("ranks")).alias("ranks"))
-    head = body.str.extract_groups(PREFIX_HEAD)
-    slow = _on_rows(df, ~fast, [head.struct.field("1").alias("_ts"), head.struct.field("2").alias("_ranks")],
-                    pl.String)
-    return df.with_columns(pl.coalesce(pl.col("ts"), slow.get_column("_ts")).alias("ts"),
-                           pl.coalesce(pl.col("ranks"), slow.get_column("_ranks")).alias("ranks"))
+def _scatter(name: str, height: int, where: pl.Series, values: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """``values`` at the rows ``where`` (row indices), null on the others: a column of ``height`` rows."""
+    if height > SMALL_ROWS:
+        return _nulls(name, height, dtype).scatter(where, values)
+    out: list[Any] = [None] * height
+    for j, v in zip(where.to_list(), values.to_list(), strict=True):
+        out[j] = v
+    return pl.Series(name, out, dtype=dtype)
+
+
+_MESSAGE_TABLE = KindTable(MESSAGE_KINDS, "log")
+_NON_PREFIXED_TABLE = KindTable(NON_PREFIXED_KINDS, None)
+
+_TEXT = pl.col("text")
+_BODY = pl.col("body")
+# only a line with a '[' after its first character can hold another record's prefix
+_BRACKETS = _TEXT.str.count_matches("[", literal=True)
+_MAYBE_INNER = (_BRACKETS >= 2) | ((_BRACKETS == 1) & ~_TEXT.str.starts_with("["))
+_INNER = [_TEXT.str.extract(INTERLEAVED, 1).alias("_inner")]
+# INTERLEAVED's inner prefix after the first character (a literal-led search: cheap on a long line, where
+# INTERLEAVED's own search is not: a small chunk with such a line takes a larger one's way)
+LONG_LINE = 4096
+_INNER_PREFIX = _TEXT.str.slice(1).str.contains(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+_CUT = [pl.col("_inner").is_not_null().alias("interleaved"), pl.coalesce(pl.col("_inner"), _TEXT).alias("body")]
+_NO_CUT = [pl.lit(False).alias("interleaved"), _TEXT.alias("body")]
+_CLOSE = _BODY.str.find("]", literal=True).alias("_close")
+_FAST = (_BODY.str.contains(_FAST_PREFIX) & pl.col("_close").is_not_null()).alias("_fast")
+_FAST_RANKS = pl.when(pl.col("_fast")).then(_BODY.str.slice(20, pl.col("_close") - 20)).alias("ranks")
+_HEAD = _BODY.str.extract_groups(PREFIX_HEAD)
+_SLOW = [_HEAD.struct.field("1").alias("_ts"), _HEAD.struct.field("2").alias("_ranks")]
+_TS_RANKS = [pl.coalesce(pl.when(pl.col("_fast")).then(_BODY.str.slice(1, 19)), pl.col("_ts")).alias("ts"),
+             pl.coalesce(pl.when(pl.col("_fast")).then(pl.col("ranks")), pl.col("_ranks")).alias("ranks")]
+_PREFIXED_MSG = _BODY.str.slice(pl.col("_close") + 1).str.strip_prefix(" ").alias("msg")
+_MSG = pl.when(pl.col("ts").is_not_null()).then(_PREFIXED_MSG).otherwise(None).alias("msg")
+_PREFIXED_KIND = (
+    pl.when(pl.col("msg").str.contains(_BATCH_HEAD)).then(pl.lit("batch"))
+    .when(pl.col("msg").str.contains(ACCESS_HEAD)).then(pl.lit("access"))
+    .otherwise(pl.lit("?")).alias("kind")
+)
+_FAST_KIND = pl.when(pl.col("ts").is_null()).then(pl.lit(None, dtype=pl.String)).otherwise(_PREFIXED_KIND).alias("kind")
+# the lines the kind tables type: a prefixed message the cheap tests left open ('?'), a line without prefix
+_BARE = (pl.col("ts").is_null() & (_BODY.str.len_bytes() > 0)).alias("_bare")
+# lines the rare passes may take (_bare_leak_starts, _what_starts): a cheap test of all lines at once
+_RARE = [(_BODY.str.contains("leak detected!", literal=True)
+          | _BODY.str.contains("available_size=", literal=True)).alias("_leak"),
+         _BODY.str.contains("what():", literal=True).alias("_what")]
+_BLANK = [(_BODY.str.strip_chars() == "").alias("blank")]
+
+
+def _maybe_inner(text: str | None) -> bool:
+    """``_MAYBE_INNER`` of one line."""
+    if text is None:
+        return False
+    n = text.count("[")
+    return n >= 2 or (n == 1 and not text.startswith("["))
 
 
 def classify(texts: list[str] | pl.Series, head_what: bool = False) -> pl.DataFrame:
@@ -160,53 +216,111 @@ def classify(texts: list[str] | pl.Series, head_what: bool = False) -> pl.DataFr
     cut by position; the costly regexes (interleaving, the long list of message kinds, other prefixes)
     run only on the few lines that may need them.
     """
+    return _classify(texts, head_what)
+
+
+def _classify(texts: list[str] | pl.Series, head_what: bool = False, first_line: int | None = None,
+              collected_ts: list[datetime | None] | None = None) -> pl.DataFrame:
+    """``classify``; with ``first_line`` also each line's number (``line``) and with ``collected_ts`` its
+    envelope time (``collected_ts``)."""
     col = texts if isinstance(texts, pl.Series) else pl.Series(texts, dtype=pl.String)
     df = pl.DataFrame({"text": col.rename("text")}).with_row_index("i")
-    # only a line with a '[' after its first character can hold another record's prefix
-    brackets = pl.col("text").str.count_matches("[", literal=True)
-    maybe = (brackets >= 2) | ((brackets == 1) & ~pl.col("text").str.starts_with("["))
-    inner = _on_rows(df, maybe, [pl.col("text").str.extract(INTERLEAVED, 1).alias("_inner")],
-                     pl.String).get_column("_inner")
-    df = df.with_columns(inner.is_not_null().alias("interleaved"), pl.coalesce(inner, pl.col("text")).alias("body"))
+    maybe = [len(t) for t in col.to_list() if _maybe_inner(t)] if df.height <= SMALL_ROWS else None
+    if maybe is None or max(maybe, default=0) > LONG_LINE:
+        inner = _on_rows(df, _MAYBE_INNER, _INNER, pl.String, _INNER_PREFIX)
+    elif maybe:
+        inner = _on_rows(df, _MAYBE_INNER, _INNER, pl.String)
+    else:
+        inner = None
+    # (no line that can hold another record's prefix: none is cut)
+    lf = df.lazy().with_columns(_NO_CUT) if inner is None else \
+        df.lazy().with_columns(*inner).with_columns(_CUT).drop("_inner")
+    df = _collect(lf.with_columns(_CLOSE).with_columns(_FAST).with_columns(_FAST_RANKS))
     df = _prefix(df)
-    df = df.with_columns(
-        pl.when(pl.col("ts").is_not_null())
-        .then(pl.col("body").str.slice(pl.col("_close") + 1).str.strip_prefix(" "))
-        .otherwise(None).alias("msg")).drop("_fast", "_close")
-    msg = pl.col("msg")
-    fast = (
-        pl.when(pl.col("ts").is_null()).then(pl.lit(None, dtype=pl.String))
-        .when(msg.str.contains(_BATCH_HEAD)).then(pl.lit("batch"))
-        .when(msg.str.contains(ACCESS_HEAD)).then(pl.lit("access"))
-        .otherwise(pl.lit("?"))
-    )
-    df = df.with_columns(fast.alias("kind"))
-    rest = _on_rows(df, pl.col("kind") == "?", [_kind_chain(pl.col("msg"), MESSAGE_KINDS, "log").alias("k2")],
-                    pl.String)
-    bare = _on_rows(df, pl.col("ts").is_null() & (pl.col("body").str.len_bytes() > 0),
-                    [_kind_chain(pl.col("body"), NON_PREFIXED_KINDS, None).alias("k3")], pl.String)
-    df = df.with_columns(pl.coalesce(rest.get_column("k2"), pl.when(pl.col("kind") != "?").then(pl.col("kind")),
-                                     bare.get_column("k3")).alias("kind"))
-    df = _bare_traceback_start(df)
-    df = _one_failure_summary(df)
-    blank = _on_rows(df, pl.col("kind").is_null(), [(pl.col("body").str.strip_chars() == "").alias("blank")],
-                     pl.Boolean)
-    df = _roles(df.with_columns(blank.get_column("blank").fill_null(False)))
-    return _what_starts(_bare_leak_starts(df), head_what)
+    kind = _kinds(df)
+    kind = _bare_traceback_start(kind, df.get_column("body"))
+    kind = _one_failure_summary(kind, df.get_column("body"))
+    df.replace_column(df.get_column_index("kind"), kind)
+    if not kind.null_count():              # every line starts a record: what _with_roles gives then
+        lf = df.lazy().with_columns(_ALL_STARTS)
+    else:
+        lf = _with_roles(df.lazy().with_columns(*_on_rows(df, pl.col("kind").is_null(), _BLANK, pl.Boolean))
+                         .with_columns(pl.col("blank").fill_null(False)))
+    if first_line is not None:
+        lf = lf.with_columns((pl.col("i").cast(pl.Int64) + first_line).alias("line"))
+    if collected_ts is not None:
+        lf = lf.with_columns(datetime_series("collected_ts", collected_ts))
+    df = _collect(lf)
+    leak, what = df.drop_in_place("_leak"), df.drop_in_place("_what")
+    return _what_starts(_bare_leak_starts(df, leak), what, head_what)
 
 
-def _what_starts(df: pl.DataFrame, head: bool = False) -> pl.DataFrame:
+def _prefix(df: pl.DataFrame) -> pl.DataFrame:
+    """ts, ranks and msg of each line's body (and its kind where cheap tests tell it: ``_FAST_KIND``): cut by
+    position where the line starts with a plain SGLang prefix (the bulk, ``_fast`` and its ``ranks`` given),
+    by the anchored regex PREFIX_HEAD elsewhere."""
+    # a ranks field the prefix grammar refuses (the regex would not match there either): the regex decides
+    ranks = df.get_column("ranks")
+    seen = set(ranks.to_list()) if df.height <= SMALL_ROWS else ranks.drop_nulls().unique().to_list()
+    bad = [r for r in seen if r is not None and not _RANKS.fullmatch(r)]
+    fast = (pl.col("_fast") & ~pl.col("ranks").is_in(bad)) if bad else pl.col("_fast")
+    if not bad and df.get_column("_fast").all():          # every line cut by position (_fast: no null)
+        return _collect(df.lazy().with_columns(_BODY.str.slice(1, 19).alias("ts")).with_columns(_PREFIXED_MSG)
+                        .drop("_fast", "_close").with_columns(_PREFIXED_KIND)
+                        .with_columns(pl.lit(False).alias("_bare"), *_RARE))
+    if df.height <= SMALL_ROWS and not df.get_column("_fast").any():    # no line cut by position: the regex's
+        return _collect(df.lazy().with_columns(_HEAD.alias("_head"))
+                        .with_columns(pl.col("_head").struct.field("2").alias("ranks"))
+                        .with_columns(pl.col("_head").struct.field("1").alias("ts")).drop("_head").with_columns(_MSG)
+                        .drop("_fast", "_close").with_columns(_FAST_KIND).with_columns(_BARE, *_RARE))
+    lf = df.lazy().with_columns(*_on_rows(df, ~fast, _SLOW, pl.String))
+    if bad:
+        lf = lf.with_columns(fast.alias("_fast"))
+    # (ts after ranks, as the columns were added)
+    return _collect(lf.with_columns(_TS_RANKS[1]).with_columns(_TS_RANKS[0]).drop("_ts", "_ranks").with_columns(_MSG)
+                    .drop("_fast", "_close").with_columns(_FAST_KIND).with_columns(_BARE, *_RARE))
+
+
+def _kinds(df: pl.DataFrame) -> pl.Series:
+    """Each line's record kind: the cheap tests' where they tell it, else the kind tables' (a prefixed message
+    by MESSAGE_KINDS, default 'log'; a line without prefix by NON_PREFIXED_KINDS, default none)."""
+    kind = df.get_column("kind")
+    rest = kind == "?"
+    bare = df.drop_in_place("_bare")
+    i = df.get_column("i")
+    msgs, bodies = df.get_column("msg").filter(rest), df.get_column("body").filter(bare)
+    k2 = _MESSAGE_TABLE.kinds(msgs) if msgs.len() else None
+    k3 = _NON_PREFIXED_TABLE.kinds(bodies) if bodies.len() else None
+    if df.height <= SMALL_ROWS:
+        out = kind.to_list()
+        for mask, k in ((bare, k3), (rest, k2)):
+            if k is not None:
+                for j, v in zip(i.filter(mask).to_list(), k, strict=True):
+                    out[j] = v
+        return pl.Series("kind", out, dtype=pl.String)
+    full2, full3 = _nulls("k2", df.height, pl.String), _nulls("k3", df.height, pl.String)
+    if k2 is not None:
+        full2 = full2.scatter(i.filter(rest), pl.Series(k2, dtype=pl.String))
+    if k3 is not None:
+        full3 = full3.scatter(i.filter(bare), pl.Series(k3, dtype=pl.String))
+    return df.select(pl.coalesce(pl.lit(full2), pl.when(pl.col("kind") != "?").then(pl.col("kind")),
+                                 pl.lit(full3)).alias("kind")).to_series()
+
+
+def _what_starts(df: pl.DataFrame, what: pl.Series, head: bool = False) -> pl.DataFrame:
     """The torch watchdog's message printed only as the text of its exception (``TORCH_WHAT``: std::terminate's
     '  what():  [PG 1 Rank 7] Process group watchdog thread terminated with exception: ...', the glog line and its
     time not in the evidence) starts a ``torch_nccl`` record of its own after another kind of record.  Inside a
     torch record (after the watchdog's glog line, whose message it repeats) it stays that record's
     continuation, and so does it before a file's first record: that head continues the last record of the
-    part before it (a paste split into files, its glog line at the end of the first)."""
-    body = pl.col("body")
-    pre = df.filter(pl.col("kind").is_null() & body.str.contains("what():", literal=True))
+    part before it (a paste split into files, its glog line at the end of the first).  ``what``: the lines
+    that hold 'what():'."""
+    if not what.any():
+        return df
+    pre = df.filter(df.get_column("kind").is_null() & what)
     if not pre.height:
         return df
-    made = pre.filter(body.str.contains(TORCH_WHAT) & ((pl.col("rec") > 0) | head)
+    made = pre.filter(_BODY.str.contains(TORCH_WHAT) & ((pl.col("rec") > 0) | head)
                       & (pl.col("rec_kind").fill_null("") != "torch_nccl")).get_column("i").to_list()
     if not made:
         return df
@@ -215,19 +329,27 @@ def _what_starts(df: pl.DataFrame, head: bool = False) -> pl.DataFrame:
     return _roles(df.drop("start", "rec", "rec_kind", "role"))
 
 
+_START = pl.col("kind").is_not_null().alias("start")
+# each line's record (a running count of starts) and the kind of that record
+_REC = [pl.col("start").cast(pl.Int64).cum_sum().alias("rec"), pl.col("kind").forward_fill().alias("rec_kind")]
+_ROLE = (pl.when(pl.col("start")).then(pl.lit("start"))
+         .when(pl.col("rec") == 0).then(pl.lit("unparsed"))
+         .when(pl.col("blank") | pl.col("rec_kind").is_in(sorted(CONTINUABLE))).then(pl.lit("cont"))
+         .otherwise(pl.lit("unparsed")).alias("role"))
+
+
+_ALL_STARTS = [pl.lit(False).alias("blank"), pl.lit(True).alias("start"),
+               (pl.col("i").cast(pl.Int64) + 1).alias("rec"), pl.col("kind").alias("rec_kind"),
+               pl.lit("start").alias("role")]
+
+
+def _with_roles(lf: pl.LazyFrame) -> pl.LazyFrame:
+    return lf.with_columns(_START).with_columns(_REC).with_columns(_ROLE)
+
+
 def _roles(df: pl.DataFrame) -> pl.DataFrame:
     """Each line's record (``rec``, its kind ``rec_kind``) and role: start, continuation or unparsed."""
-    df = df.with_columns(pl.col("kind").is_not_null().alias("start"))
-    df = df.with_columns(pl.col("start").cast(pl.Int64).cum_sum().alias("rec"))
-    # kind of the record each line belongs to
-    df = df.with_columns(pl.col("kind").forward_fill().alias("rec_kind"))
-    cont_ok = pl.col("rec_kind").is_in(list(CONTINUABLE))
-    return df.with_columns(
-        pl.when(pl.col("start")).then(pl.lit("start"))
-        .when(pl.col("rec") == 0).then(pl.lit("unparsed"))
-        .when(pl.col("blank") | cont_ok).then(pl.lit("cont"))
-        .otherwise(pl.lit("unparsed")).alias("role")
-    )
+    return _collect(_with_roles(df.lazy()))
 
 
 # Records a prefix-less leak line may follow and still start its own record: Python's warnings go to stderr
@@ -235,18 +357,19 @@ def _roles(df: pl.DataFrame) -> pl.DataFrame:
 _LEAK_AFTER = {"log", "mem_leak_warning"}
 
 
-def _bare_leak_starts(df: pl.DataFrame) -> pl.DataFrame:
+def _bare_leak_starts(df: pl.DataFrame, leak: pl.Series) -> pl.DataFrame:
     """An idle leak check printed without a log prefix (``BARE_LEAK``: a Python warning line, a ValueError line
     whose traceback was cut, the message alone, older releases' wordings) starts a ``mem_leak_warning`` record
     where no record takes the line, or after a plain log record or another such warning; inside a traceback it
     stays the traceback's exception line (the traceback's frames say in which context the check ran).
-    ``BARE_LEAK_WEAK`` (2024's second line) starts one only where nothing takes it."""
-    body = pl.col("body")
-    pre = df.filter(pl.col("kind").is_null() & (body.str.contains("leak detected!", literal=True)
-                                                | body.str.contains("available_size=", literal=True)))
+    ``BARE_LEAK_WEAK`` (2024's second line) starts one only where nothing takes it.  ``leak``: the lines that
+    hold 'leak detected!' or 'available_size='."""
+    if not leak.any():
+        return df
+    pre = df.filter(df.get_column("kind").is_null() & leak)
     if not pre.height:
         return df
-    pre = pre.with_columns(body.str.contains(BARE_LEAK).alias("_full"), body.str.contains(BARE_LEAK_WEAK).alias("_weak"))
+    pre = pre.with_columns(_BODY.str.contains(BARE_LEAK).alias("_full"), _BODY.str.contains(BARE_LEAK_WEAK).alias("_weak"))
     made: list[tuple[int, int]] = []                  # (line index, record it was in)
     for r in pre.filter(pl.col("_full") | pl.col("_weak")).iter_rows(named=True):
         if made and made[-1][1] == r["rec"]:         # in the record a leak line before it now starts
@@ -262,29 +385,30 @@ def _bare_leak_starts(df: pl.DataFrame) -> pl.DataFrame:
     return _roles(df.drop("start", "rec", "rec_kind", "role"))
 
 
-def _bare_traceback_start(df: pl.DataFrame) -> pl.DataFrame:
+def _bare_traceback_start(kind: pl.Series, body: pl.Series) -> pl.Series:
     """A traceback before the first record (pasted without the 'Scheduler hit an exception' line that
     introduced it) is an undated exception record of its own; inside a record it stays a continuation."""
-    first = df.filter(pl.col("kind").is_not_null()).get_column("i").min()
-    lead = df if first is None else df.filter(pl.col("i") < first)
-    tb = lead.filter(pl.col("body").str.contains(BARE_TRACEBACK)).get_column("i")
-    if not tb.len():
-        return df
-    return df.with_columns(pl.when(pl.col("i") == tb.min()).then(pl.lit("scheduler_exception"))
-                           .otherwise(pl.col("kind")).alias("kind"))
+    if not kind.len() or kind[0] is not None:        # the first line starts a record: no line before one
+        return kind
+    known = kind.is_not_null()
+    first = known.arg_max() if known.any() else kind.len()
+    tb = body.head(first).str.contains(BARE_TRACEBACK)
+    if not tb.any():
+        return kind
+    return kind.clone().scatter(tb.arg_max(), "scheduler_exception")
 
 
-def _one_failure_summary(df: pl.DataFrame) -> pl.DataFrame:
+def _one_failure_summary(kind: pl.Series, body: pl.Series) -> pl.Series:
     """torchrun's failure summary is one record wherever a paste of it starts: a header inside it (its title,
     'Failures:', 'Root Cause (first observed failure):') continues it; only its exception line
     (``ChildFailedError:``) always starts one (two summaries in a row are two)."""
+    if not (kind == "child_failed").any():
+        return kind
     summary = pl.col("kind") == "child_failed"
-    if not df.select(summary.fill_null(False).any()).item():
-        return df
     inside = pl.col("kind").forward_fill().shift(1) == "child_failed"
-    always = pl.col("body").str.contains(CHILD_FAILED_ALWAYS)
-    return df.with_columns(pl.when(summary & inside & ~always).then(pl.lit(None, dtype=pl.String))
-                           .otherwise(pl.col("kind")).alias("kind"))
+    always = _BODY.str.contains(CHILD_FAILED_ALWAYS)
+    return pl.DataFrame([kind, body]).select(pl.when(summary & inside & ~always).then(pl.lit(None, dtype=pl.String))
+                                            .otherwise(pl.col("kind")).alias("kind")).to_series()
 
 
 def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
@@ -299,43 +423,38 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     the caller, which gets the records' line, time, message and ranks in ``Parsed.starts``.  ``head_what``:
     the lines are not a file's head (``classify``).
     """
-    df = classify(lines, head_what)
-    df = df.with_columns((pl.col("i").cast(pl.Int64) + first_line).alias("line"))
-    if collected_ts is not None:
-        df = df.with_columns(pl.Series("collected_ts", collected_ts, dtype=pl.Datetime("us")))
+    df = _classify(lines, head_what, first_line, collected_ts)
     out = Parsed(lines=len(lines), interleaved=int(df.get_column("interleaved").sum()))
     starts = _record_starts(df, ctx)
-    batches = _batch_rows(starts, ctx)
+    kinds = starts.get_column("kind")
+    present = set((kinds if kinds.len() <= SMALL_ROWS else kinds.unique()).to_list())
+    batches = _batch_rows(starts, ctx) if "batch" in present else None
     if batches is not None:
         out.tables["batches"] = batches
-    events, others = _event_rows(starts, ctx)
-    stats = vllm_log.stats_rows(events)
+    events, others = _event_rows(starts, ctx, present)
+    # (stats lines are vLLM records: with_vllm_fields types them)
+    stats = vllm_log.stats_rows(events) if "vllm" in present else None
     if stats is not None:
         out.tables["vllm_stats"] = stats
     rows = _detailed_rows(others, df.get_column("text"), ctx)
     lead = _leading_dump(df, starts, first_line, rows)
     events = _apply_record_rows(events, rows)
     out.tables["events"] = events
-    access = _access_rows(starts, ctx)
-    if access is not None:
-        out.tables["http_requests"] = _date_bare_access(access, batches, events, ctx, out)
+    if "access" in present:
+        out.tables["http_requests"] = _date_bare_access(_access_rows(starts, ctx), batches, events, ctx, out)
     out.tables["leak_reports"] = rows.leaks
     out.tables["stacks"] = rows.stacks
     out.tables["frames"] = rows.frames
     out.tables["collective_records"] = rows.collective_records
-    unparsed = pl.col("role") == "unparsed"
-    if lead:
-        unparsed = unparsed & ~pl.col("i").is_in(lead)
-    un = df.filter(unparsed).select(
-        pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"), pl.col("text"))
+    un = _unparsed(df, lead, ctx)
     if rows.unparsed:
         un = pl.concat([un, pl.DataFrame(rows.unparsed, schema=un.schema)])
     out.tables["unparsed"] = un
     out.unparsed = un.height
     if whole:
-        chunk_facts(starts.select("line", "ts_dt", "msg", "ranks"), ctx, out)
+        chunk_facts(starts[["line", "ts_dt", "msg", "ranks"]], ctx, out)
     else:
-        out.starts = starts.select("line", "ts_dt", "msg", "ranks")
+        out.starts = starts[["line", "ts_dt", "msg", "ranks"]]
     if line_numbers is not None:
         lm = LineMap(first_line, line_numbers, collected_ts)
         _renumber(out, lm, ctx)
@@ -344,27 +463,46 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     return out
 
 
+_UNPARSED = {"engine": pl.String, "path": pl.String, "line": pl.Int64, "text": pl.String}
+
+
+def _unparsed(df: pl.DataFrame, lead: list[int], ctx: FileContext) -> pl.DataFrame:
+    """The lines no record takes (but the leading dump's ``lead``)."""
+    if not (df.get_column("role") == "unparsed").any():
+        return pl.DataFrame(schema=_UNPARSED)
+    unparsed = pl.col("role") == "unparsed"
+    if lead:
+        unparsed = unparsed & ~pl.col("i").is_in(lead)
+    return _collect(df.lazy().filter(unparsed).select(
+        pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"), pl.col("text")))
+
+
 def chunk_facts(starts: pl.DataFrame, ctx: FileContext, out: Parsed) -> None:
     """What a chunk's records (line, ts_dt, msg, ranks; in file order) say as a whole: the release their
     formats point at (only releases newer than the one the file is known to be: an older one cannot change
     the file's), the last time, and the clock's steps backwards."""
     known = RELEASE_ORDER.index(ctx.release) if ctx.release in RELEASE_ORDER else len(RELEASE_ORDER)
-    pp_first = known > RELEASE_ORDER.index("0.5.10") and \
-        starts.get_column("ranks").drop_nulls().str.contains(PP_FIRST).any()
-    out.release = newest_release(release_of(starts.get_column("msg").drop_nulls().head(RELEASE_RECORDS), ctx.release),
-                                 "0.5.10" if pp_first else None)
-    last = starts.get_column("ts_dt").drop_nulls()
-    if last.len():
-        ctx.last_ts = last.max()  # type: ignore[assignment]
-        _count_backwards(starts.select("line", "ts_dt").drop_nulls(), ctx, out)
+    # ranks printed PP before TP exist only from 0.5.10 on
+    ranks = starts.get_column("ranks")
+    pp_first = known > RELEASE_ORDER.index("0.5.10") and ranks.null_count() < ranks.len() and \
+        ranks.str.contains(PP_FIRST).any()
+    msgs = starts.get_column("msg")
+    if msgs.len() > RELEASE_RECORDS:    # (the first RELEASE_RECORDS messages; fewer: all, a null matches no trait)
+        msgs = msgs.drop_nulls().head(RELEASE_RECORDS)
+    out.release = newest_release(release_of(msgs, ctx.release), "0.5.10" if pp_first else None)
+    ts = starts.get_column("ts_dt")
+    if ts.null_count() < ts.len():
+        ctx.last_ts = ts.max()  # type: ignore[assignment]
+        dated = starts[["line", "ts_dt"]]
+        _count_backwards(dated.drop_nulls() if ts.null_count() else dated, ctx, out)
 
 
 def _leading_dump(df: pl.DataFrame, starts: pl.DataFrame, first_line: int, rows: RecordRows) -> list[int]:
     """Offsets of a headerless py-spy part before the chunk's first record (only a file's first chunk has
     lines before a record start), parsed into ``rows``."""
-    head = df.filter(pl.col("rec") == 0)
-    if not head.height:
+    if not df.height or df.get_column("rec")[0] != 0:     # (rec counts the starts so far)
         return []
+    head = df.filter(pl.col("rec") == 0)
     dated = starts.get_column("ts_dt").drop_nulls()
     return sorted(leading_dump(head.get_column("body").to_list(), first_line,
                                dated[0] if dated.len() else None, rows))
@@ -386,28 +524,44 @@ def _renumber(out: Parsed, lm: LineMap, ctx: FileContext) -> None:
         out.largest_back = (out.largest_back[0], lm.line(out.largest_back[1]) or 0)
 
 
+_KEPT = pl.col("role") != "unparsed"
+# a record's lines are consecutive and its start is kept: its last kept line and row are those carried
+# forward to the record's last row, and from there back to its start (no grouping: records are runs)
+_LAST = pl.col("start").shift(-1, fill_value=True) & (pl.col("rec") > 0)
+_ENDS = [pl.when(_LAST).then(pl.when(_KEPT).then(pl.col("line")).forward_fill()).backward_fill().alias("line_end"),
+         pl.when(_LAST).then(pl.when(_KEPT).then(pl.col("i")).forward_fill()).backward_fill().alias("i_end")]
+_ONE_LINE = [pl.col("line").alias("line_end"), pl.col("i").alias("i_end")]
+_TS_DT = pl.col("ts").str.replace(",", ".", literal=True).str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False) \
+    .alias("ts_dt")
+# polars parses year 0000, which no Python datetime can hold (the rows are read back in Python): unknown
+_TS_YEAR = pl.when(pl.col("ts_dt").dt.year() >= 1).then(pl.col("ts_dt")).alias("ts_dt")
+_NO_TS = pl.lit(None, dtype=pl.Datetime("us")).alias("ts_dt")
+_DATED = pl.col("ts_dt").forward_fill().backward_fill()
+
+
 def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
     """One row per record: its first line, its last line (continuations) and the dated lines around it
     (glog and vLLM print no year: they take it from the nearest SGLang timestamp, else from the line's
     envelope time, else from the file's modification time)."""
-    # a record's lines are consecutive and its start is kept: its last kept line and row are those carried
-    # forward to the record's last row (no grouping: records are runs)
-    kept = pl.col("role") != "unparsed"
-    ends = df.select(pl.when(kept).then(pl.col("line")).forward_fill().alias("line_end"),
-                     pl.when(kept).then(pl.col("i")).forward_fill().alias("i_end"),
-                     (pl.col("start").shift(-1, fill_value=True) & (pl.col("rec") > 0)).alias("_last"))
-    ext = ends.filter(pl.col("_last")).drop("_last")
-    starts = pl.concat([df.filter(pl.col("start")), ext], how="horizontal").with_columns(_ts_expr("ts").alias("ts_dt"))
-    dated = pl.col("ts_dt").forward_fill().backward_fill()
+    dated = _DATED
     if ctx.last_ts is not None:
-        dated = dated.fill_null(pl.lit(ctx.last_ts, dtype=pl.Datetime("us")))
-    enveloped = pl.col("collected_ts") if "collected_ts" in starts.columns else pl.lit(None, dtype=pl.Datetime("us"))
-    ref = ctx.reference or datetime(ctx.default_year, 1, 1)
-    return starts.with_columns(
-        dated.fill_null(enveloped).fill_null(pl.lit(ref, dtype=pl.Datetime("us"))).alias("ctx_ts"),
-        dated.is_not_null().alias("ctx_dated"),
-        (dated.is_null() & enveloped.is_null()).alias("ctx_mtime"),
-        pl.col("ts_dt").backward_fill().alias("next_ts"))
+        dated = dated.fill_null(datetime_lit(ctx.last_ts))
+    ref = datetime_lit(ctx.reference or datetime(ctx.default_year, 1, 1))
+    d = pl.col("_dated")
+    if "collected_ts" in df.columns:        # else no envelope time: null
+        ctx_ts, mtime = d.fill_null(pl.col("collected_ts")).fill_null(ref), d.is_null() & pl.col("collected_ts").is_null()
+    else:
+        ctx_ts, mtime = d.fill_null(ref), d.is_null()
+    if df.get_column("start").all():        # every line a record's start: each record that line
+        lf = df.lazy().with_columns(_ONE_LINE)
+    else:
+        lf = df.lazy().with_columns(_ENDS).filter(pl.col("start"))
+    ts = df.get_column("ts")
+    lf = lf.with_columns(_NO_TS) if ts.null_count() == ts.len() else lf.with_columns(_TS_DT).with_columns(_TS_YEAR)
+    return _collect(lf
+                    .with_columns(dated.alias("_dated")).with_columns(
+                        ctx_ts.alias("ctx_ts"), d.is_not_null().alias("ctx_dated"), mtime.alias("ctx_mtime"),
+                        pl.col("ts_dt").backward_fill().alias("next_ts")).drop("_dated"))
 
 
 def _batch_rows(starts: pl.DataFrame, ctx: FileContext) -> pl.DataFrame | None:
@@ -419,18 +573,18 @@ def _batch_rows(starts: pl.DataFrame, ctx: FileContext) -> pl.DataFrame | None:
                           pl.col("ts_dt").alias("ts"), pl.col("ranks").str.strip_chars().alias("rank")])
 
 
-def _access_rows(starts: pl.DataFrame, ctx: FileContext) -> pl.DataFrame | None:
-    a = starts.filter(pl.col("kind") == "access").with_columns(
-        pl.coalesce(pl.col("msg"), pl.col("body").str.replace(r"^\(\w+ pid=\d+\) ", "")).alias("amsg")
-    ).with_columns(pl.col("amsg").str.extract_groups(ACCESS).alias("ag")).unnest("ag")
-    if not a.height:
-        return None
-    return a.select(
+_AMSG = pl.coalesce(pl.col("msg"), _BODY.str.replace(r"^\(\w+ pid=\d+\) ", "")).alias("amsg")
+
+
+def _access_rows(starts: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
+    """The access records (the chunk has some) as ``http_requests`` rows."""
+    return _collect(starts.lazy().filter(pl.col("kind") == "access").with_columns(_AMSG)
+                    .with_columns(pl.col("amsg").str.extract_groups(ACCESS).alias("ag")).unnest("ag").select(
         pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("file"), pl.col("line"),
         pl.col("ts_dt").alias("ts"), pl.col("client"), pl.col("method"),
         pl.col("upath").alias("path"), pl.col("status").cast(pl.Int32, strict=False),
-        *([pl.col("collected_ts")] if "collected_ts" in a.columns else []),
-    )
+        *([pl.col("collected_ts")] if "collected_ts" in starts.columns else []),
+    ))
 
 
 def _date_bare_access(access: pl.DataFrame, batches: pl.DataFrame | None, events: pl.DataFrame, ctx: FileContext,
@@ -444,9 +598,12 @@ def _date_bare_access(access: pl.DataFrame, batches: pl.DataFrame | None, events
     frames = [f for f in (access, batches, events) if f is not None and f.height]
     bare = pl.col("ts").is_null()
     if "collected_ts" in access.columns:
-        out.dated_by_envelope = access.select((bare & pl.col("collected_ts").is_not_null()).sum()).item()
+        out.dated_by_envelope, n_bare = access.select((bare & pl.col("collected_ts").is_not_null()).sum().alias("a"),
+                                                      (bare & pl.col("collected_ts").is_null()).sum().alias("b")).row(0)
         bare = bare & pl.col("collected_ts").is_null()
-    if access.select(bare.sum()).item():
+    else:
+        n_bare = access.get_column("ts").null_count()
+    if n_bare:
         dated = pl.concat([f.select("line", pl.col("ts").cast(pl.Datetime("us")).alias("_prev")) for f in frames]) \
             .drop_nulls().sort("line")
         prev = access.select("line").join_asof(dated, on="line", strategy="backward").get_column("_prev")
@@ -464,27 +621,41 @@ def _date_bare_access(access: pl.DataFrame, batches: pl.DataFrame | None, events
     return access
 
 
-def _event_rows(starts: pl.DataFrame, ctx: FileContext) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every other record as an event; also returns the records whose kind needs the Python walk.
+_DETAILED = sorted(DETAILED)
+
+
+def _event_rows(starts: pl.DataFrame, ctx: FileContext, present: set[str]) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """Every other record as an event; also returns the records whose kind needs the Python walk (None: no
+    such record).  ``present``: the kinds of the records.
 
     vLLM records ('MM-DD HH:MM:SS' with no year, a process tag, their own message kinds and attributes)
     are read by ``vllm_log``."""
-    ev = vllm_log.with_vllm_fields(starts.filter(~pl.col("kind").is_in(["batch", "access"])))
-    events = ev.select(
-        pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"),
-        pl.col("line_end"), pl.coalesce(pl.col("ts_dt"), pl.col("_vdt")).alias("ts"),
-        pl.coalesce(pl.col("ranks").str.strip_chars(), pl.col("_vrank")).fill_null("").alias("rank"),
-        pl.col("kind"),
-        pl.coalesce(pl.col("msg"), pl.col("_vmsg"), pl.col("body")).str.slice(0, 2000).alias("message"),
-        pl.col("_vattrs").alias("attrs"),
-    )
-    return events, ev.filter(pl.col("kind").is_in(list(DETAILED)))
+    lf = starts.lazy()
+    if present & {"batch", "access"}:
+        lf = lf.filter(~pl.col("kind").is_in(["batch", "access"]))
+    head = [pl.lit(ctx.engine).alias("engine"), pl.lit(ctx.path).alias("path"), pl.col("line"), pl.col("line_end")]
+    if "vllm" in present:
+        events = vllm_log.with_vllm_fields(_collect(lf)).select(
+            *head, pl.coalesce(pl.col("ts_dt"), pl.col("_vdt")).alias("ts"),
+            pl.coalesce(pl.col("ranks").str.strip_chars(), pl.col("_vrank")).fill_null("").alias("rank"),
+            pl.col("kind"),
+            pl.coalesce(pl.col("msg"), pl.col("_vmsg"), pl.col("body")).str.slice(0, 2000).alias("message"),
+            pl.col("_vattrs").alias("attrs"))
+    else:                   # (what the vLLM fields give where none is set)
+        events = _collect(lf.select(*head, pl.col("ts_dt").alias("ts"), _RANK, pl.col("kind"), _MESSAGE,
+                                    pl.lit(None, dtype=pl.String).alias("attrs")))
+    # (vLLM's records are of none of these kinds, before with_vllm_fields types them and after)
+    return events, starts.filter(pl.col("kind").is_in(_DETAILED)) if present & DETAILED else None
 
 
-def _detailed_rows(records: pl.DataFrame, lines: pl.Series, ctx: FileContext) -> RecordRows:
+_RANK = pl.col("ranks").str.strip_chars().fill_null("").alias("rank")
+_MESSAGE = pl.coalesce(pl.col("msg"), pl.col("body")).str.slice(0, 2000).alias("message")
+
+
+def _detailed_rows(records: pl.DataFrame | None, lines: pl.Series, ctx: FileContext) -> RecordRows:
     """Walk the rare multi-line records in Python (``sglang_records``)."""
     rows = RecordRows(ctx.engine, ctx.path)
-    if not records.height:
+    if records is None or not records.height:
         return rows
     for r in records.iter_rows(named=True):
         i0 = r["i"]
@@ -499,7 +670,10 @@ def _detailed_rows(records: pl.DataFrame, lines: pl.Series, ctx: FileContext) ->
 
 def _apply_record_rows(events: pl.DataFrame, rows: RecordRows) -> pl.DataFrame:
     """The events with what the detailed records found: attrs, glog times and torch ranks, extra events."""
-    if rows.attrs or rows.ts or rows.rank:
+    if (rows.attrs or rows.ts or rows.rank) and events.height <= SMALL_ROWS \
+            and all(t is None or t.tzinfo is None for t in rows.ts.values()):
+        events = _fixed_few(events, rows)
+    elif rows.attrs or rows.ts or rows.rank:
         fix = pl.DataFrame({"line": list(set(rows.attrs) | set(rows.ts) | set(rows.rank))},
                            schema={"line": pl.Int64})
         fix = fix.with_columns(
@@ -507,27 +681,57 @@ def _apply_record_rows(events: pl.DataFrame, rows: RecordRows) -> pl.DataFrame:
             pl.col("line").replace_strict(rows.ts, default=None, return_dtype=pl.Datetime("us")).alias("_ts"),
             pl.col("line").replace_strict(rows.rank, default=None, return_dtype=pl.String).alias("_rank"),
         )
-        events = events.join(fix, on="line", how="left").with_columns(
+        events = _collect(events.lazy().join(fix.lazy(), on="line", how="left").with_columns(
             pl.coalesce("_attrs", "attrs").alias("attrs"),
             pl.coalesce(pl.col("ts").cast(pl.Datetime("us")), "_ts").alias("ts"),
             pl.when(pl.col("rank") == "").then(pl.col("_rank").fill_null("")).otherwise(pl.col("rank")).alias("rank"),
-        ).drop("_attrs", "_ts", "_rank")
+        ).drop("_attrs", "_ts", "_rank"))
     if rows.events:
-        events = pl.concat([events.with_columns(pl.col("ts").cast(pl.Datetime("us"))),
-                            pl.DataFrame(rows.events, schema=events.schema | {"ts": pl.Datetime("us")})],
-                           how="vertical_relaxed")
+        events = _collect(pl.concat([events.lazy().with_columns(pl.col("ts").cast(pl.Datetime("us"))),
+                                     pl.DataFrame(rows.events, schema=events.schema | {"ts": pl.Datetime("us")}).lazy()],
+                                    how="vertical_relaxed"))
     return events
+
+
+def _fixed_few(events: pl.DataFrame, rows: RecordRows) -> pl.DataFrame:
+    """``_apply_record_rows``' join of the records' attrs, times and ranks into a few events, in Python."""
+    attrs, ts, rank = [], [], []
+    for line, a, t, r in zip(*(events.get_column(c).to_list() for c in ("line", "attrs", "ts", "rank")), strict=True):
+        found = rows.attrs.get(line)
+        attrs.append(found if found is not None else a)
+        ts.append(t if t is not None else rows.ts.get(line))
+        rank.append((rows.rank.get(line) or "") if r == "" else r)
+    return events.with_columns(pl.Series("attrs", attrs, dtype=pl.String), datetime_series("ts", ts),
+                               pl.Series("rank", rank, dtype=pl.String))
 
 
 def _count_backwards(dated: pl.DataFrame, ctx: FileContext, out: Parsed) -> None:
     """Count records dated well before the record above them (a clock that went backwards)."""
+    ts = dated.get_column("ts_dt")
+    if ts.len() <= SMALL_ROWS and not _steps_back(ts.to_list(), ctx.prev_ts):
+        ctx.prev_ts = ts[-1]
+        return
     prev = pl.col("ts_dt").shift(1)
     if ctx.prev_ts is not None:
-        prev = prev.fill_null(pl.lit(ctx.prev_ts))
-    steps = dated.with_columns((prev - pl.col("ts_dt")).dt.total_milliseconds().alias("back_ms")) \
-        .filter(pl.col("back_ms") > BACKWARDS_S * 1000)
+        prev = prev.fill_null(datetime_lit(ctx.prev_ts))
+    steps = _collect(dated.lazy().with_columns((prev - pl.col("ts_dt")).dt.total_milliseconds().alias("back_ms"))
+                     .filter(pl.col("back_ms") > BACKWARDS_S * 1000))
     ctx.prev_ts = dated.get_column("ts_dt")[-1]
     if steps.height:
         out.backwards = steps.height
         top = steps.sort("back_ms", descending=True).row(0, named=True)
         out.largest_back = (top["back_ms"] / 1000, top["line"])
+
+
+_BACKWARDS = timedelta(seconds=BACKWARDS_S)
+
+
+def _steps_back(ts: list[datetime | None], prev: datetime | None) -> bool:
+    """Whether a time of ``ts`` is more than BACKWARDS_S before the one above it (``prev`` above the first),
+    in whole milliseconds as ``_count_backwards`` measures (a few times: cheaper in Python)."""
+    ms = timedelta(milliseconds=1)
+    for t in ts:
+        if prev is not None and t is not None and (prev - t) // ms > _BACKWARDS // ms:
+            return True
+        prev = t
+    return False

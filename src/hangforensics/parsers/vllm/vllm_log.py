@@ -12,47 +12,55 @@ from typing import Any
 
 import polars as pl
 
+from ..kind_table import KindTable
 from .vllm_patterns import KINDS, START_KEYS, VERSION_RE, VLLM_LINE, is_unique_process, label_of_process
 
-
-def _kind_chain(col: pl.Expr, table: list[tuple[str, str]], default: str) -> pl.Expr:
-    expr = pl.when(col.str.contains(table[0][1])).then(pl.lit(table[0][0]))
-    for name, rx in table[1:]:
-        expr = expr.when(col.str.contains(rx)).then(pl.lit(name))
-    return expr.otherwise(pl.lit(default))
+_KINDS = KindTable(KINDS, "vllm")
+FEW = 256                   # up to this many records: a few steps in Python instead of polars operations
+_IS_VLLM = pl.col("kind") == "vllm"
+_FIELDS = [pl.col("_vparts").struct.field(f).alias(n)
+           for f, n in (("vts", "_vts"), ("vmsg", "_vmsg"), ("vproc", "_vproc"), ("vpid", "_vpid"))]
+_VDT = pl.concat_str([pl.col("ctx_ts").dt.year().cast(pl.String), pl.lit("-"), pl.col("_vts")]) \
+    .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False).alias("_vdt")
+# beside a dated line or an envelope time: the nearest year; with only the file's modification time: the
+# date at or before it
+_VDT_YEAR = (
+    pl.when(pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=1)))
+    .then(pl.col("_vdt").dt.offset_by("-1y"))
+    .when(~pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=183)))
+    .then(pl.col("_vdt").dt.offset_by("-1y"))
+    .when(~pl.col("ctx_mtime") & (pl.col("_vdt") < pl.col("ctx_ts") - pl.duration(days=183)))
+    .then(pl.col("_vdt").dt.offset_by("1y"))
+    .otherwise(pl.col("_vdt")).alias("_vdt")
+)
 
 
 def with_vllm_fields(ev: pl.DataFrame) -> pl.DataFrame:
     """``ev`` (record starts of a chunk) with the vLLM fields of its vLLM records: ``_vdt`` (the time, its
     year from the nearest dated evidence: ``ctx_ts``), ``_vmsg``, ``_vrank`` (a worker's rank label, else
     the process name), ``_vattrs`` (JSON) and ``kind`` refined (``vllm_stats``, ``vllm_shm_wait``, ...)."""
-    is_vllm = pl.col("kind") == "vllm"
-    parts = pl.col("body").str.extract_groups(VLLM_LINE)
-    ev = ev.with_columns(
-        pl.when(is_vllm).then(parts.struct.field("vts")).alias("_vts"),
-        pl.when(is_vllm).then(parts.struct.field("vmsg")).alias("_vmsg"),
-        pl.when(is_vllm).then(parts.struct.field("vproc")).alias("_vproc"),
-        pl.when(is_vllm).then(parts.struct.field("vpid")).alias("_vpid"),
-    ).with_columns(
-        pl.concat_str([pl.col("ctx_ts").dt.year().cast(pl.String), pl.lit("-"), pl.col("_vts")])
-        .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False).alias("_vdt"),
-    ).with_columns(
-        # beside a dated line or an envelope time: the nearest year; with only the file's modification
-        # time: the date at or before it
-        pl.when(pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=1)))
-        .then(pl.col("_vdt").dt.offset_by("-1y"))
-        .when(~pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=183)))
-        .then(pl.col("_vdt").dt.offset_by("-1y"))
-        .when(~pl.col("ctx_mtime") & (pl.col("_vdt") < pl.col("ctx_ts") - pl.duration(days=183)))
-        .then(pl.col("_vdt").dt.offset_by("1y"))
-        .otherwise(pl.col("_vdt")).alias("_vdt"),
-        pl.when(~is_vllm).then(pl.col("kind"))
-        .otherwise(_kind_chain(pl.col("_vmsg").fill_null(""), KINDS, "vllm")).alias("kind"),
-    )
-    names = [n for n in ev.get_column("_vproc").unique().to_list() if n]
+    ev = ev.lazy().with_columns(pl.when(_IS_VLLM).then(pl.col("body").str.extract_groups(VLLM_LINE)).alias("_vparts")) \
+        .with_columns(_FIELDS).drop("_vparts").with_columns(_VDT).with_columns(_VDT_YEAR) \
+        .collect(engine="in-memory", optimizations=pl.QueryOptFlags.none())
+    kind = ev.get_column("kind")
+    is_vllm = kind == "vllm"
+    if is_vllm.any():
+        msgs = ev.get_column("_vmsg").filter(is_vllm)
+        refined = _KINDS.kinds(msgs.fill_null("") if msgs.null_count() else msgs)
+        if isinstance(refined, list):
+            kinds = kind.to_list()
+            for j, k in zip(is_vllm.arg_true().to_list(), refined, strict=True):
+                kinds[j] = k
+            kind = pl.Series("kind", kinds, dtype=pl.String)
+        else:
+            kind = kind.clone().scatter(is_vllm.arg_true(), refined)
+        ev.replace_column(ev.get_column_index("kind"), kind)
+    proc = ev.get_column("_vproc")
+    few = proc.len() <= FEW
+    names = [n for n in (set(proc.to_list()) if few else proc.unique().to_list()) if n]
     labels = {n: label_of_process(n) for n in names}
-    ev = ev.with_columns(pl.col("_vproc").replace_strict(labels, default=None, return_dtype=pl.String)
-                         .alias("_vrank"))
+    ev = ev.with_columns(pl.Series("_vrank", [labels.get(n) for n in proc.to_list()], dtype=pl.String) if few
+                         else proc.replace_strict(labels, default=None, return_dtype=pl.String).alias("_vrank"))
     return ev.with_columns(_attrs(ev, labels).alias("_vattrs"))
 
 
@@ -61,21 +69,30 @@ def _attrs(ev: pl.DataFrame, labels: dict[str, str]) -> pl.Series:
     stack dump of that pid can be named by it), a request id, a start line's settings, the seconds a
     shared-memory wait reports."""
     unique = [n for n, lbl in labels.items() if is_unique_process(lbl)]
-    pid = pl.when(pl.col("_vproc").is_in(unique)).then(
-        pl.concat_str([pl.lit('"pid": '), pl.col("_vpid"), pl.lit(', "process": "'), pl.col("_vproc"), pl.lit('"')]))
-    request = pl.when(pl.col("kind").is_in(["vllm_request", "vllm_request_done"])).then(
-        pl.concat_str([pl.lit('"request": "'), pl.col("_vmsg").str.extract(r"request ([\w.-]+)", 1), pl.lit('"')]))
-    waited = pl.when(pl.col("kind") == "vllm_shm_wait").then(
-        pl.concat_str([pl.lit('"waited_s": '), pl.col("_vmsg").str.extract(r"found in (\d+) second", 1)]))
-    body = pl.concat_list([pid, request, waited]).list.drop_nulls().list.join(", ")
-    attrs = ev.select(pl.when(body.str.len_bytes() > 0).then(pl.concat_str([pl.lit("{"), body, pl.lit("}")]))
-                      .alias("a")).get_column("a")
-    starts = ev.with_row_index("_r").filter(pl.col("kind") == "vllm_start")
-    if not starts.height:
+    kind = ev.get_column("kind")
+    present = set(kind.to_list() if kind.len() <= FEW else kind.unique().to_list())
+    parts = []                  # (a part that is null on every row is left out: the same join)
+    if unique:
+        parts.append(pl.when(pl.col("_vproc").is_in(unique)).then(
+            pl.concat_str([pl.lit('"pid": '), pl.col("_vpid"), pl.lit(', "process": "'), pl.col("_vproc"), pl.lit('"')])))
+    if present & {"vllm_request", "vllm_request_done"}:
+        parts.append(pl.when(pl.col("kind").is_in(["vllm_request", "vllm_request_done"])).then(
+            pl.concat_str([pl.lit('"request": "'), pl.col("_vmsg").str.extract(r"request ([\w.-]+)", 1), pl.lit('"')])))
+    if "vllm_shm_wait" in present:
+        parts.append(pl.when(pl.col("kind") == "vllm_shm_wait").then(
+            pl.concat_str([pl.lit('"waited_s": '), pl.col("_vmsg").str.extract(r"found in (\d+) second", 1)])))
+    if parts:
+        body = pl.concat_list(parts).list.drop_nulls().list.join(", ")
+        attrs = ev.select(pl.when(body.str.len_bytes() > 0).then(pl.concat_str([pl.lit("{"), body, pl.lit("}")]))
+                          .alias("a")).get_column("a")
+    else:
+        attrs = pl.Series("a", [None] * ev.height, dtype=pl.String)
+    starts = kind == "vllm_start"
+    if not starts.any():
         return attrs
     fixed = attrs.to_list()
-    for r in starts.iter_rows(named=True):
-        fixed[r["_r"]] = json.dumps({**json.loads(fixed[r["_r"]] or "{}"), **start_facts(r["_vmsg"] or "")})
+    for r, msg in zip(starts.arg_true().to_list(), ev.get_column("_vmsg").filter(starts).to_list(), strict=True):
+        fixed[r] = json.dumps({**json.loads(fixed[r] or "{}"), **start_facts(msg or "")})
     return pl.Series("a", fixed, dtype=pl.String)
 
 
