@@ -23,6 +23,7 @@ import duckdb
 TABLES = ("events", "batches", "http_requests", "vllm_stats", "stacks", "frames", "leak_reports", "gpu_samples",
           "collective_records", "process_samples", "unparsed")
 CLOCKED = {"events", "batches", "http_requests", "stacks", "leak_reports", "gpu_samples", "vllm_stats"}
+SOURCE_KEYED = {"batches", "http_requests", "vllm_stats"}     # stored with a source_id: compared through the view
 # sources' columns that say when (or by whom) a file was read, not what it holds
 SOURCES_SKIP = ("source_id", "ingested_at")
 
@@ -42,7 +43,8 @@ def differences(scan_db: Path, general_db: Path, show: int = 5) -> int:
     con.execute(f"ATTACH '{general_db}' AS g (READ_ONLY)")
     bad = 0
     for name in (*TABLES, "sources"):
-        table = f"t_{name}" if name in CLOCKED else name
+        # rows as stored (file times), but a source-keyed table's with its engine and path (ids differ by load order)
+        table = name if name in SOURCE_KEYED or name not in CLOCKED else f"t_{name}"
         cols = [r[0] for r in con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'g' AND table_name = ? "
             "ORDER BY ordinal_position", [table]).fetchall()]
