@@ -108,3 +108,39 @@ print("polars" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_many_files_go_to_the_workers_a_window_at_a_time(tmp_path: Path, monkeypatch):
+    """More whole files than the window (and a log split into ranges beside them): at most the window's
+    files are in the workers' hands at once (their results wait in the loader), and every file is loaded
+    as one process would load it."""
+    import shutil
+
+    fleet = tmp_path / "fleet"
+    engines = sorted((Path(__file__).parent / "data" / "variants" / "fleet").iterdir())[:7]
+    for e in engines:
+        shutil.copytree(e, fleet / e.name)
+    big = fleet / "zz-big" / "server.log"
+    big.parent.mkdir(parents=True)
+    subprocess.run([sys.executable, str(Path(__file__).parents[1] / "bench" / "generate.py"), "big", str(big),
+                    "--mb", "2"], check=True)
+    tables = "SELECT engine, path, line, ts FROM batches UNION ALL SELECT engine, path, line, ts FROM events"
+    with Store(tmp_path / "serial.duckdb") as st:
+        ingest.ingest_paths(st, [fleet], mode="fleet", jobs=1)
+        serial = sorted(st.con.execute(tables).fetchall(), key=repr)
+    monkeypatch.setattr(ingest, "PARALLEL_MIN_BYTES", 1024)
+    monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1024 * 1024)
+    monkeypatch.setattr(parallel, "WHOLE_WINDOW", 1)                     # 2 files at a time for 2 workers
+    most = []
+    fill = parallel._Whole.fill
+
+    def counted(self: parallel._Whole) -> None:
+        fill(self)
+        most.append(len(self.running))
+
+    monkeypatch.setattr(parallel._Whole, "fill", counted)
+    with Store(tmp_path / "parallel.duckdb") as st:
+        ingest.ingest_paths(st, [fleet], mode="fleet", jobs=2)
+        assert sorted(st.con.execute(tables).fetchall(), key=repr) == serial
+        assert st.scalar("SELECT count(*) FROM sources WHERE status <> 'ok'") == 0
+    assert len(most) > 3 and max(most) == 2

@@ -12,7 +12,7 @@ import signal
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -129,18 +129,16 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
             split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
             # the ranges' first lines, while the fork server loads (the first submit waits for it)
             ranges.count(len(ranges.todo) - 1)
+            whole = _Whole(pool, tmp, [p for p in work if not splittable(p)], WHOLE_WINDOW * jobs, ranges)
             with _workers_ignore_ctrl_c():         # workers start on submit: Ctrl-C is the parent's to handle
-                whole = {pool.submit(parse_to_ipc, p.job(), str(tmp / f"f{i}")): p
-                         for i, p in enumerate(work) if not splittable(p)}
+                whole.fill()
                 ranges.fill()
             if counter is not None:
-                counter.tasks += len(whole) + len(ranges.todo)
+                counter.tasks += len(whole.todo) + len(ranges.todo)
             # whole small files as they finish (several to a transaction); the ranges of a split log in order
             group = LoadGroup(store)
             try:
-                for fut in as_completed(whole):
-                    manifest, outcome = fut.result()
-                    p = whole[fut]
+                for p, (manifest, outcome) in whole:
                     if group.takes(p) and not outcome.status.startswith("error:"):
                         yield p, group.load(p, _read_ipc(manifest, outcome))
                         continue
@@ -153,6 +151,43 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
                 yield p, load_file(store, p, join_ranges(_read_ipc(*f.result()) for f in ranges.take(count)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# Whole files in the workers' hands at once, per worker: their results (small row batches come back inline)
+# wait in this process until loaded, so the window bounds its memory (all submitted at once, a fleet of 5000
+# small engines piled up 1.3 GB of finished results while the loader caught up); a few per worker keep them busy.
+WHOLE_WINDOW = 8
+
+
+class _Whole:
+    """Whole files parsed by the pool, at most ``window`` at a time; iterating yields (plan, result) as they
+    finish, submitting the next ones."""
+
+    def __init__(self, pool: Any, tmp: Path, todo: list[Any], window: int, ranges: _Ranges) -> None:
+        self.pool, self.tmp, self.todo, self.window = pool, tmp, todo, max(window, 1)
+        self.next = 0
+        self.running: dict[Any, Any] = {}
+        # the workers are let go once both have handed out their last task
+        self.ranges, ranges.whole = ranges, self
+
+    def fill(self) -> None:
+        while len(self.running) < self.window and self.next < len(self.todo):
+            p = self.todo[self.next]
+            self.running[self.pool.submit(parse_to_ipc, p.job(), str(self.tmp / f"f{self.next}"))] = p
+            self.next += 1
+        if self.all_submitted() and self.ranges.all_submitted():
+            self.pool.no_more_tasks()
+
+    def all_submitted(self) -> bool:
+        return self.next == len(self.todo)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        while self.running:
+            done, _ = wait(self.running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                p = self.running.pop(fut)
+                self.fill()                 # the next file starts before this one loads
+                yield p, fut.result()
 
 
 # A split log's ranges: small enough that loading the first overlaps parsing the next ones, large enough
@@ -186,6 +221,7 @@ class _Ranges:
         self.submitted: list[Any] = []          # futures not yet taken, in order
         self.next = 0
         self.counted = 0                        # ranges before this one have their first line
+        self.whole: _Whole | None = None        # the whole files' tasks, handed out beside these
 
     def add(self, p: Plan, jobs: int) -> int:
         """Queue the ranges of one log; return how many there are."""
@@ -201,8 +237,11 @@ class _Ranges:
             self.count(k)
             self.submitted.append(self.pool.submit(parse_to_ipc, self.todo[k], str(self.tmp / f"r{k}")))
             self.next += 1
-        if self.next == len(self.todo):
+        if self.next == len(self.todo) and (self.whole is None or self.whole.all_submitted()):
             self.pool.no_more_tasks()
+
+    def all_submitted(self) -> bool:
+        return self.next == len(self.todo)
 
     def count(self, upto: int) -> None:
         """The first lines of the ranges up to ``upto``."""
