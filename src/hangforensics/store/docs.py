@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .schema import CLOCKED, SCHEMA_VERSION, SOURCE_KEYED, TABLES, physical, physical_ddl
+from .schema import CLOCKED, SCHEMA_VERSION, SOURCE_KEYED, TABLES, ddl_columns, physical, physical_ddl
 from .views import VIEWS
 
 VIEW_NOTES = {
@@ -193,16 +193,8 @@ CONTRACT_COLUMNS: dict[str, tuple[str, ...]] = {
 
 
 def table_columns(name: str, ddl: str | None = None) -> list[tuple[str, str, str]]:
-    """(column, type, meaning) of a table, read from its DDL (``ddl``, else TABLES') and the ``--`` comment on
-    each line."""
-    cols = []
-    for raw in (ddl or TABLES[name]).strip().splitlines():
-        body, _, note = raw.partition("--")
-        body = body.strip().rstrip(",")
-        if body:
-            col, _, typ = body.partition(" ")
-            cols.append((col, typ.strip(), note.strip()))
-    return cols
+    """(column, type, meaning) of a table, read from its DDL (``ddl``, else TABLES')."""
+    return ddl_columns(ddl or TABLES[name])
 
 
 # vllm_series is vllm_stats (SELECT *) plus its series: the table's columns keep their meaning.

@@ -616,15 +616,16 @@ def physical(name: str) -> str:
     return f"t_{name}" if name in CLOCKED else name
 
 
-def _columns(ddl: str) -> list[tuple[str, str]]:
-    """(column, its DDL line without the trailing comma) of a table's DDL."""
-    out = []
+def ddl_columns(ddl: str) -> list[tuple[str, str, str]]:
+    """(column, type, meaning) of a table's DDL, the meaning from the ``--`` comment on its line."""
+    cols = []
     for raw in ddl.strip().splitlines():
-        body, sep, note = raw.partition("--")
+        body, _, note = raw.partition("--")
         body = body.strip().rstrip(",")
         if body:
-            out.append((body.partition(" ")[0], body + (f"  {sep}{note}" if sep else "")))
-    return out
+            col, _, typ = body.partition(" ")
+            cols.append((col, typ.strip(), note.strip()))
+    return cols
 
 
 def physical_ddl(name: str) -> str:
@@ -633,20 +634,16 @@ def physical_ddl(name: str) -> str:
     if name not in SOURCE_KEYED:
         return TABLES[name]
     drop = {"engine", SOURCE_KEYED[name]}
-    lines = ["source_id INTEGER  -- the file the row was read from (sources.source_id: engine, path, clock offset)"]
-    lines += [line for col, line in _columns(TABLES[name]) if col not in drop]
-    # the comment of each line follows its comma
-    return "\n".join(_with_comma(line) for line in lines[:-1]) + "\n" + lines[-1] + "\n"
-
-
-def _with_comma(line: str) -> str:
-    body, sep, note = line.partition("--")
-    return f"{body.rstrip()}, {sep}{note}" if sep else f"{body},"
+    cols = [("source_id", "INTEGER", "the file the row was read from (sources.source_id: engine, path, clock offset)")]
+    cols += [c for c in ddl_columns(TABLES[name]) if c[0] not in drop]
+    # each comment after its comma; the last line ends with a newline (the caller's ')' outside the comment)
+    return "".join(f"{col} {typ}{',' if k < len(cols) - 1 else ''} -- {note}\n"
+                   for k, (col, typ, note) in enumerate(cols))
 
 
 def keyed_columns(name: str) -> list[str]:
     """The columns of a SOURCE_KEYED table's view, in order (engine and path from sources)."""
-    return [col for col, _ in _columns(TABLES[name])]
+    return [col for col, _, _ in ddl_columns(TABLES[name])]
 
 
 def to_source_keys(con: Any) -> None:
