@@ -188,6 +188,33 @@ def test_a_large_log_starts_the_fork_server_first_and_nothing_outlives_it(tmp_pa
     assert not psutil.pid_exists(pid)           # stopped while still loading (no worker was ever asked for)
 
 
+def test_a_scan_starts_the_fork_server_first_and_stops_it_when_no_pool_needs_it(tmp_path: Path, monkeypatch):
+    """A fleet scan with parser processes starts their fork server before it imports DuckDB and plans (it
+    loads meanwhile); a scan whose files are too few for a pool stops it as soon as it knows, before parsing
+    here; nothing is left either way."""
+    from multiprocessing import forkserver
+
+    from hangforensics.fleet.scan import scan
+    from hangforensics.ingest import fork_server
+
+    seen: list[tuple[str, int | None]] = []
+    plan, run = pipeline.plan_files, pipeline.parsed_whole
+    monkeypatch.setattr(pipeline, "plan_files", lambda *a, **k: (
+        seen.append(("plan", forkserver._forkserver._forkserver_pid)), plan(*a, **k))[1])
+    monkeypatch.setattr(pipeline, "parsed_whole", lambda p: (
+        seen.append(("parse", forkserver._forkserver._forkserver_pid)), run(p))[1])
+    fleet = small_fleet(tmp_path)
+    scan(fleet, tmp_path / "fleet.duckdb", jobs=2)
+    assert seen[0][0] == "plan" and seen[0][1] is not None            # started before planning
+    server = seen[0][1]
+    assert [pid for step, pid in seen if step == "parse"] and all(pid is None for step, pid in seen if step == "parse")
+    assert not psutil.pid_exists(server) or psutil.Process(server).status() == "zombie"
+    assert fork_server._running is None
+    seen.clear()
+    scan(fleet, tmp_path / "one.duckdb", jobs=1)                      # one process: no server at all
+    assert seen[0] == ("plan", None)
+
+
 def test_stopping_the_fork_server_takes_a_worker_the_pool_never_got(tmp_path: Path):
     """A worker the server forked but the pool never recorded (a Ctrl-C between the fork and the pool's
     bookkeeping) goes with the server: left alone it would wait for a task for ever, and hold the resource

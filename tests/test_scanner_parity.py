@@ -208,6 +208,28 @@ def test_release_traits_are_looked_for_in_each_chunks_first_records(tmp_path, mo
     assert [r[0] for r in general["sources"]] == ["0.5.10"]
 
 
+def test_a_rare_records_release_trait_is_seen_anywhere_in_a_chunk(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watchdog's 0.5.10 wording far past a chunk's first RELEASE_RECORDS records (one chunk: the log is
+    small) points at 0.5.10 both ways: the traits of records that are no batch or access line are looked for
+    in all of them, wherever the chunks were cut; a batch line's trait (accept rate: 0.5.5) in the first ones."""
+    monkeypatch.setattr(sglang_log, "RELEASE_RECORDS", 40)
+    log = tmp_path / "e" / "server.log"
+    log.parent.mkdir()
+    lines = [f"[{_stamp(i)} TP0] Decode batch, #running-req: 3, #token: 8, token usage: 0.01, accept rate: 0.5, "
+             f"#queue-req: 0" for i in range(300)]
+    lines.insert(250, f"[{_stamp(250)} TP0] Scheduler watchdog timeout (self.soft=False)")
+    log.write_text("\n".join(lines) + "\n")
+    assert len(list(iter_chunks(log, records=True, chunk_bytes=parse.CHUNK_BYTES))) == 1
+    fast, general = _both_ways([log.parent], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    assert [r[0] for r in general["sources"]] == ["0.5.10"]
+    lines[250] = lines[251]                             # no watchdog: the batch lines' own release
+    log.write_text("\n".join(lines) + "\n")
+    (tmp_path / "again").mkdir()
+    fast, general = _both_ways([log.parent], tmp_path / "again", monkeypatch)
+    assert [r[0] for r in general["sources"]] == ["0.5.5"]
+
+
 # -- a generated busy log of a few MB ---------------------------------------------------------------------------
 def test_a_generated_stalled_engine_is_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/generate.py's stalled engine of 4 MB (two chunks, the stall's watchdog and dump in the second,

@@ -133,6 +133,25 @@ def test_chunks_of_a_plain_vllm_log_end_before_a_record(tmp_path: Path):
     assert chunks[1].lines[0].startswith("(EngineCore_DP0 pid=3001) ERROR 05-16 11:25:40 [core.py:710]")
 
 
+def test_the_last_chunk_of_a_log_ends_at_its_end(tmp_path: Path):
+    """The bytes after the last cut are one chunk, not cut before their last record (a chunk of that record
+    alone cost a parser call per file); a last line without its newline is a chunk of its own."""
+    from hangforensics.readers.logfile import iter_chunks
+
+    log = VLLM / "v1-hung" / "server.log"
+    data = log.read_bytes()
+    assert data.endswith(b"\n")
+    whole = list(iter_chunks(log, records=True))
+    assert len(whole) == 1 and len(whole[0].lines) == data.count(b"\n")
+    cut = tmp_path / "server.log"
+    cut.write_bytes(data + b"(EngineCore_DP0 pid=3001) ERROR 05-16 11:25:4")
+    chunks = list(iter_chunks(cut, records=True))
+    assert [len(c.lines) for c in chunks] == [data.count(b"\n"), 1]
+    # a byte range read to its end, in two chunks: the second is what is left after the first cut
+    half = list(iter_chunks(log, records=True, chunk_bytes=len(data) // 2 + 100, end_offset=len(data)))
+    assert sum(len(c.lines) for c in half) == data.count(b"\n") and len(half) == 2
+
+
 def test_data_parallel_engine_cores_are_series(tmp_path: Path):
     with Store(":memory:") as st:
         ingest_paths(st, [engine(tmp_path, "v1-dp-one-stops"), engine(tmp_path, "v1-dp-aggregated-hung")])

@@ -19,13 +19,14 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DatabaseBusyError, InputError, translate_disk_errors
-from ..ingest.pipeline import Executor, IngestResult, LocalExecutor, ingest_files
-from ..readers.layout import Workspace
-from ..store import Store
+from ..ingest import fork_server
 from ..terminal_progress import ProgressBar
+
+if TYPE_CHECKING:
+    from ..ingest.pipeline import Executor, IngestResult
 
 
 @dataclass
@@ -98,6 +99,22 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
     if not root.is_dir():
         raise InputError(f"{root} is not a folder of engines")
     jobs = jobs or os.cpu_count() or 1
+    if executor == "local" and (ray_address is not None or staging is not None):
+        raise InputError("--ray-address and --staging go with --executor ray")
+    # the parsers' fork server loads (some 0.9 s) while DuckDB and the ingest are imported, the database
+    # opened and every file planned: a scan almost always has files to read
+    with fork_server.started_early_for(jobs if executor == "local" else 1):
+        return _scan(root, db, out, json_out, wait_s, jobs, progress, show_payloads, executor, ray_address,
+                     staging, t0)
+
+
+def _scan(root: Path, db: Path, out: Path | None, json_out: Path | None, wait_s: float, jobs: int,
+          progress: ProgressBar | None, show_payloads: bool, executor: str | Executor, ray_address: str | None,
+          staging: str | None, t0: float) -> ScanResult:
+    from ..ingest.pipeline import ingest_files
+    from ..readers.layout import Workspace
+    from ..store import Store
+
     ex = make_executor(executor, jobs, ray_address, staging)     # before the lock: a bad option fails at once
     with ScanLock(db, wait_s), Workspace() as ws, Store(db) as store:
         _, files = ws.resolve(root, "fleet")
@@ -171,6 +188,8 @@ def make_executor(kind: str | Executor, jobs: int, ray_address: str | None = Non
     if kind == "local":
         if ray_address is not None or staging is not None:
             raise InputError("--ray-address and --staging go with --executor ray")
+        from ..ingest.pipeline import LocalExecutor
+
         return LocalExecutor(jobs)
     if kind == "ray":
         from .ray_executor import RayExecutor, require_ray  # Ray itself is imported only when there is work

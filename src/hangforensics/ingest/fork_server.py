@@ -120,6 +120,19 @@ def started_early(paths: list[Path], jobs: int) -> Iterator[None]:
         stop()
 
 
+@contextlib.contextmanager
+def started_early_for(jobs: int) -> Iterator[None]:
+    """``started_early`` for a fleet scan: the server (with the scanner) whenever ``jobs`` > 1, as a fleet
+    almost always has logs to read; stopped at once if no pool uses it (``LocalExecutor``), and at the end."""
+    if jobs > 1:
+        with one_polars_thread():
+            context(scanner=True)
+    try:
+        yield
+    finally:
+        stop()
+
+
 # Compressed files and archives are read whole (no byte ranges): no scanner pool for them.
 _WHOLE_SUFFIXES = (".gz", ".zst", ".bz2", ".xz", ".zip", ".tar", ".tgz")
 

@@ -22,8 +22,8 @@ from .plan import Plan
 # every 256 MB none of that (44 MB database) with the writer's peak RSS 390 MB (it spills beyond its
 # memory limit).  Not more either: the writer's peak RSS grows with the transaction (496 MB for the 445 MB
 # log in one commit; 902 MB for a 2 GB log committed every 1 GB).  What a second commit used to cost at
-# close (0.3 s: the checkpoint's vacuum recompressed the access lines' text) the load's own checkpoint
-# now avoids (``pipeline._loader_settings``).
+# close (0.3 s: the checkpoint's vacuum recompressed the access lines' text) no checkpoint pays now (``Store``
+# turns the vacuum off).
 COMMIT_BYTES = 256 * 1024 * 1024
 
 # Small files share a transaction (``LoadGroup``): a commit, a manifest row, an engine bump and an insert per

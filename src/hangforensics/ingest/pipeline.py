@@ -18,6 +18,7 @@ from ..parsers.stacks.stackrows import ranks_from_pids
 from ..readers.layout import EvidenceFile, Workspace
 from ..store import Store
 from ..terminal_progress import ProgressBar
+from . import fork_server
 from .clock import TORCH_JOB_TIMELESS, align_engine_clocks, align_envelope_times, align_envelope_times_all
 from .collective_clock import align_flight_recorder
 from .fragments import join_parts, rank_snapshots
@@ -51,6 +52,7 @@ class LocalExecutor:
             with _loader_settings(store):
                 yield from parse_in_pool(store, work, self.jobs, prog, counter=self)
         else:
+            fork_server.stop()      # one started early for a pool (a fleet scan) is not needed
             group = LoadGroup(store)
             try:
                 for p in work:
@@ -93,14 +95,12 @@ def _loader_settings(store: Store) -> Iterator[None]:
     costs CPU and gains no time) within LOADER_MEMORY (an in-memory database keeps its cap: it has nowhere
     to spill); the caller's settings are restored after (a test may pin one thread).
 
-    The load ends with a checkpoint that leaves the row groups as they were written: by default a
-    checkpoint after several commits merges the partial row groups at their seams, and for the access
-    lines' text columns that meant compressing them again (measured: 0.3 s of a 5.5 s ingest of a 445 MB
-    log; 0.03 s without; the database no larger)."""
+    The load ends with a checkpoint, which leaves the row groups as they were written (``Store`` turns
+    the vacuum off: merging the partial row groups at the commits' seams compressed the access lines' text
+    again, 0.3 s of a 5.5 s ingest of a 445 MB log)."""
     limit = store.scalar("SELECT current_setting('memory_limit')")
     threads = store.scalar("SELECT current_setting('threads')")
     threshold = store.scalar("SELECT current_setting('checkpoint_threshold')")
-    vacuum = store.scalar("SELECT current_setting('max_vacuum_tasks')")
     store.con.execute("SET threads = 1")
     if store.path != ":memory:":
         store.con.execute("SET memory_limit = ?", [LOADER_MEMORY])
@@ -115,9 +115,7 @@ def _loader_settings(store: Store) -> Iterator[None]:
         store.con.execute("SET memory_limit = ?", [limit])
         store.con.execute("SET checkpoint_threshold = ?", [threshold])
         if clean and store.path != ":memory:":
-            store.con.execute("SET max_vacuum_tasks = 0")
-            store.con.execute("CHECKPOINT")
-        store.con.execute(f"SET max_vacuum_tasks = {int(vacuum)}")
+            store.con.execute("CHECKPOINT")     # (no vacuum: Store's setting)
 
 
 # The per-engine passes after loading, in order, each with the query that finds (over all the changed engines

@@ -281,7 +281,8 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
 
     With ``records`` a chunk ends before the last record start it holds (when one lies in its second
     half; ``record_start`` overrides the pattern, e.g. for a log behind a collector envelope), so
-    multi-line records stay whole and ``end_offset`` is a safe place to resume.  Damage is tolerated
+    multi-line records stay whole and ``end_offset`` is a safe place to resume; the last chunk ends at the
+    end (a small file is one chunk), but for a last line without its newline, which is a chunk alone.  Damage is tolerated
     and counted in ``notes``: NUL bytes are removed (a leading run is skipped), invalid UTF-8 becomes
     U+FFFD, a line longer than MAX_LINE_BYTES keeps its start, a damaged gzip yields what it holds.
     ``hold_partial``: a last line without its newline (a live file mid-write) is not yielded.
@@ -305,7 +306,13 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
             while True:
                 want = chunk_bytes if end_offset is None else min(chunk_bytes, end_offset - offset - len(carry))
                 block = f.read(want) if want > 0 else b""
-                eof = not block
+                short = 0 < len(block) < want
+                if short:                         # the end of the file, unless a second read finds more
+                    more = f.read(want - len(block))
+                    block, short = block + more, not more
+                # the last of the bytes to read: not cut before its last record (a chunk of that record alone
+                # would cost a parser call, and lose its neighbours)
+                eof = not block or short or (end_offset is not None and offset + len(carry) + len(block) >= end_offset)
                 if cut_line and block:
                     nl = block.find(b"\n")
                     dropped = len(block) if nl < 0 else nl
@@ -332,6 +339,12 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                         keep = body.rfind(b"\n") + 1
                         notes.held_back = len(body) - keep
                         body = body[:keep]
+                    elif starts is not None and not body.endswith(b"\n") and b"\n" in body:
+                        # a last line without its newline (a paste or a file cut mid-line) is a chunk of its
+                        # own, read next: a fragment of no record stays unparsed, not taken as the tail of the
+                        # record above it
+                        cut = body.rfind(b"\n")
+                        body, carry, eof = body[: cut + 1], body[cut + 1:], False
                 if body:
                     offset += len(body)
                     raw = _raw_lines(body, line_no, notes) if column == "raw" else None

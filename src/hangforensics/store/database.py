@@ -68,6 +68,12 @@ class Store:
             raise DatabaseError(f"cannot open database {self.path}: {_first_line(e)}") from e
         try:
             if not read_only:
+                # No vacuum at checkpoints: it merges the partial row groups that each commit leaves, compressing
+                # their columns again, and a scan's later checkpoints then redid what the load's had left as
+                # written (measured on a 202-engine fleet: 0.4 s of a 7.9 s scan, a 60 MB database instead of
+                # 42 MB).  Row groups whose rows are all deleted (a re-read file, re-analysed engines) are still
+                # dropped and their blocks reused.
+                self.con.execute("SET max_vacuum_tasks = 0")
                 self._migrate()
             else:
                 check_readable(self.con, self.path)

@@ -378,7 +378,8 @@ def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list
     lines from the scanner's arrays; messages only where the release traits are looked for; ranks as their
     few distinct texts: only whether one prints PP before TP counts).
 
-    The release: the traits in each chunk's first RELEASE_RECORDS messages, all chunks' at once (chunk by
+    The release: the traits in each chunk's first RELEASE_RECORDS messages and in every record the general
+    parser typed as no batch or access line (``rest`` has them all), all chunks' at once (chunk by
     chunk, only releases newer than the chunks before point at are looked for: the newest found is the
     same).  The clock's steps back: counted over the group, the largest of each chunk as its own sort
     picks it.  The last time: the latest of the last chunk with a dated record."""
@@ -395,8 +396,10 @@ def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list
     said = ~msg.is_null().to_numpy()
     of = chunk[said]                                    # each message's chunk (ascending): its place in it
     head = np.arange(len(of)) - np.searchsorted(of, of, side="left") < sglang_log.RELEASE_RECORDS
-    out.release = newest_release(release_of(msg.filter(pl.Series(said)).filter(pl.Series(head)), ctx.release),
-                                 "0.5.10" if pp_first else None)
+    looked = msg.filter(pl.Series(said)).filter(pl.Series(head))
+    if not head.all():                                  # (else every message is looked at already)
+        looked = pl.concat([looked, sglang_log.rare_messages(rest)])
+    out.release = newest_release(release_of(looked, ctx.release), "0.5.10" if pp_first else None)
     dated = records.filter(pl.col("ts_dt").is_not_null())
     if not dated.height:
         return

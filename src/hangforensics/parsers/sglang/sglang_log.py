@@ -81,8 +81,16 @@ class Parsed:
 # Interleaved processes disorder their lines by milliseconds; a step back larger than this is a clock
 # that went backwards (NTP step, a container restart on another clock, lines pasted out of order).
 BACKWARDS_S = 2.0
-# The release traits are looked for in each chunk's first this many records (a bound on the regexes' work).
+# The release traits are looked for in each chunk's first this many records (a bound on the regexes' work: a
+# batch line's traits are its format's, on every one), and in every record that is not a batch or access
+# line (a watchdog's wording, a debug dump: rare, anywhere in the file).
 RELEASE_RECORDS = 20000
+_BULK = ["batch", "access"]
+
+
+def rare_messages(records: pl.DataFrame) -> pl.Series:
+    """The messages of ``records`` (msg, kind) that are not batch or access lines."""
+    return records.filter(~pl.col("kind").is_in(_BULK) & pl.col("msg").is_not_null()).get_column("msg")
 # Ranks printed PP before TP: only from 0.5.10 on.
 PP_FIRST = r" PP\d+.* TP\d+"
 
@@ -452,9 +460,9 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     out.tables["unparsed"] = un
     out.unparsed = un.height
     if whole:
-        chunk_facts(starts[["line", "ts_dt", "msg", "ranks"]], ctx, out)
+        chunk_facts(starts[_FACTS], ctx, out)
     else:
-        out.starts = starts[["line", "ts_dt", "msg", "ranks"]]
+        out.starts = starts[_FACTS]
     if line_numbers is not None:
         lm = LineMap(first_line, line_numbers, collected_ts)
         _renumber(out, lm, ctx)
@@ -463,6 +471,7 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     return out
 
 
+_FACTS = ["line", "ts_dt", "msg", "ranks", "kind"]     # what chunk_facts reads of each record
 _UNPARSED = {"engine": pl.String, "path": pl.String, "line": pl.Int64, "text": pl.String}
 
 
@@ -478,17 +487,17 @@ def _unparsed(df: pl.DataFrame, lead: list[int], ctx: FileContext) -> pl.DataFra
 
 
 def chunk_facts(starts: pl.DataFrame, ctx: FileContext, out: Parsed) -> None:
-    """What a chunk's records (line, ts_dt, msg, ranks; in file order) say as a whole: the release their
-    formats point at (only releases newer than the one the file is known to be: an older one cannot change
-    the file's), the last time, and the clock's steps backwards."""
+    """What a chunk's records (``_FACTS``, in file order) say as a whole: the release their formats point at
+    (only releases newer than the one the file is known to be: an older one cannot change the file's), the
+    last time, and the clock's steps backwards."""
     known = RELEASE_ORDER.index(ctx.release) if ctx.release in RELEASE_ORDER else len(RELEASE_ORDER)
     # ranks printed PP before TP exist only from 0.5.10 on
     ranks = starts.get_column("ranks")
     pp_first = known > RELEASE_ORDER.index("0.5.10") and ranks.null_count() < ranks.len() and \
         ranks.str.contains(PP_FIRST).any()
     msgs = starts.get_column("msg")
-    if msgs.len() > RELEASE_RECORDS:    # (the first RELEASE_RECORDS messages; fewer: all, a null matches no trait)
-        msgs = msgs.drop_nulls().head(RELEASE_RECORDS)
+    if msgs.len() > RELEASE_RECORDS:    # (fewer: all of them; a null matches no trait)
+        msgs = pl.concat([msgs.drop_nulls().head(RELEASE_RECORDS), rare_messages(starts)])
     out.release = newest_release(release_of(msgs, ctx.release), "0.5.10" if pp_first else None)
     ts = starts.get_column("ts_dt")
     if ts.null_count() < ts.len():
