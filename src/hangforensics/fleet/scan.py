@@ -99,24 +99,26 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
     if not root.is_dir():
         raise InputError(f"{root} is not a folder of engines")
     jobs = jobs or os.cpu_count() or 1
-    if executor == "local" and (ray_address is not None or staging is not None):
+    local = executor == "local"
+    if local and (ray_address is not None or staging is not None):
         raise InputError("--ray-address and --staging go with --executor ray")
+    # before the lock: a bad option fails at once (the local one is made once the fork server is started)
+    ex = None if local else make_executor(executor, jobs, ray_address, staging)
     # the parsers' fork server loads (some 0.9 s) while DuckDB and the ingest are imported, the database
     # opened and every file planned: a scan almost always has files to read
-    with fork_server.started_early_for(jobs if executor == "local" else 1):
-        return _scan(root, db, out, json_out, wait_s, jobs, progress, show_payloads, executor, ray_address,
-                     staging, t0)
+    with ScanLock(db, wait_s), fork_server.started_early_for(jobs if local else 1):
+        return _scan(root, db, out, json_out, jobs, progress, show_payloads, executor,
+                     ex or make_executor("local", jobs), t0)
 
 
-def _scan(root: Path, db: Path, out: Path | None, json_out: Path | None, wait_s: float, jobs: int,
-          progress: ProgressBar | None, show_payloads: bool, executor: str | Executor, ray_address: str | None,
-          staging: str | None, t0: float) -> ScanResult:
+def _scan(root: Path, db: Path, out: Path | None, json_out: Path | None, jobs: int, progress: ProgressBar | None,
+          show_payloads: bool, executor: str | Executor, ex: Executor, t0: float) -> ScanResult:
+    """``scan`` under its lock."""
     from ..ingest.pipeline import ingest_files
     from ..readers.layout import Workspace
     from ..store import Store
 
-    ex = make_executor(executor, jobs, ray_address, staging)     # before the lock: a bad option fails at once
-    with ScanLock(db, wait_s), Workspace() as ws, Store(db) as store:
+    with Workspace() as ws, Store(db) as store:
         _, files = ws.resolve(root, "fleet")
         scan_id = (store.scalar("SELECT COALESCE(max(scan_id), 0) FROM scans") or 0) + 1
         started = datetime.now()
