@@ -210,6 +210,16 @@ def test_a_scan_starts_the_fork_server_first_and_stops_it_when_no_pool_needs_it(
     assert [pid for step, pid in seen if step == "parse"] and all(pid is None for step, pid in seen if step == "parse")
     assert not psutil.pid_exists(server) or psutil.Process(server).status() == "zombie"
     assert fork_server._running is None
+    started: list[int] = []
+    start_for = fork_server.start_for
+    monkeypatch.setattr(fork_server, "start_for", lambda jobs: (started.append(jobs), start_for(jobs))[1])
+    seen.clear()
+    scan(fleet, tmp_path / "fleet.duckdb", jobs=2)                    # nothing changed: never started
+    assert started == [] and all(pid is None for _, pid in seen)
+    log = sorted(fleet.glob("*/*.log"))[0]
+    log.write_text(log.read_text() + log.read_text().splitlines()[-1] + "\n")
+    scan(fleet, tmp_path / "fleet.duckdb", jobs=2)                    # a log grew: started as planning finds it
+    assert started == [2]
     seen.clear()
     scan(fleet, tmp_path / "one.duckdb", jobs=1)                      # one process: no server at all
     assert seen[0] == ("plan", None)

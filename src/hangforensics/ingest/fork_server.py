@@ -120,13 +120,20 @@ def started_early(paths: list[Path], jobs: int) -> Iterator[None]:
         stop()
 
 
-@contextlib.contextmanager
-def started_early_for(jobs: int) -> Iterator[None]:
-    """``started_early`` for a fleet scan: the server (with the scanner) whenever ``jobs`` > 1, as a fleet
-    almost always has logs to read; stopped at once if no pool uses it (``LocalExecutor``), and at the end."""
+def start_for(jobs: int) -> None:
+    """Start the server of a pool of ``jobs`` processes reading logs (with the scanner) unless it runs: it
+    loads (some 0.9 s) while the caller goes on.  Nothing for one process (no pool)."""
     if jobs > 1:
-        with one_polars_thread():
+        with one_polars_thread():       # the workers' setting (as parallel's pool sets it), inherited
             context(scanner=True)
+
+
+@contextlib.contextmanager
+def started_early_for(jobs: int, now: bool) -> Iterator[None]:
+    """``started_early`` for a fleet scan: the server started ``now`` (``start_for``), or later by the
+    caller; stopped at once if no pool uses it (``LocalExecutor``), and at the end whatever happened."""
+    if now:
+        start_for(jobs)
     try:
         yield
     finally:

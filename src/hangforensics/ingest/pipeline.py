@@ -8,7 +8,7 @@ mapping and clock alignment (``clock``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -181,9 +181,9 @@ def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: 
 
 def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: ProgressBar | None = None,
                  jobs: int = 1, vanish_engines: list[str] | None = None, hold_live_tail: bool = True,
-                 executor: Executor | None = None) -> IngestResult:
+                 executor: Executor | None = None, on_work: Callable[[], None] | None = None) -> IngestResult:
     """Plan every file against the manifest, parse what changed (in ``jobs`` processes, or by ``executor``),
-    load it.
+    load it.  ``on_work`` is called once, as soon as planning finds a file to read.
 
     ``vanish_engines``: engines whose manifest rows missing from ``files`` are marked vanished (a scan
     of a whole fleet knows every file of its engines; a single-file ingest does not).
@@ -193,7 +193,7 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
     for f in files:
         if f.engine not in res.engines:
             res.engines.append(f.engine)
-    plans = plan_files(store, files, vanish_engines or [], hold_live_tail)
+    plans = plan_files(store, files, vanish_engines or [], hold_live_tail, on_work)
     res.files_vanished = sum(1 for p in plans if p.action == "vanished")
     work = [p for p in plans if p.action in ("read", "resume", "rename")]
     res.bytes = sum(p.st.st_size for p in plans if p.action != "vanished")

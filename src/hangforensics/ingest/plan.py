@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,12 +61,20 @@ NO_IDENTITY = ("unknown", "capture_error", "binary", "flight_recorder")
 
 # -- planning --------------------------------------------------------------------------------------
 def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str],
-               hold_live_tail: bool = True) -> list[Plan]:
+               hold_live_tail: bool = True, on_work: Callable[[], None] | None = None) -> list[Plan]:
     """Decide per file: skip (unchanged), read, resume (grew), rename (known content under a new name,
     e.g. rotation or compression), duplicate (the same content is read elsewhere) or unreadable; and
-    which manifest rows of ``vanish_engines`` vanished."""
+    which manifest rows of ``vanish_engines`` vanished.  ``on_work`` is called once, at the first file
+    that is new, changed or grew (before the rest is planned)."""
     planner = _Planner(store, files, hold_live_tail)
-    pending = [probe for f in files if (probe := planner.plan_known(f)) is not None]
+    pending = []
+    for f in files:
+        probe = planner.plan_known(f)
+        if probe is not None:
+            pending.append(probe)
+        if on_work is not None and (probe is not None or (planner.plans and planner.plans[-1].action in ("read", "resume"))):
+            on_work()
+            on_work = None
     # Files whose path is new (or whose content under the same path changed): is the content known?
     renamed = planner.claim_renames(pending)
     planner.plan_new(pending, renamed)
