@@ -12,6 +12,7 @@ interface views add ``sources.clock_offset_s``.
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from ..store import Store
 
@@ -23,6 +24,22 @@ MILESTONES = [
 
 def align_engine_clocks(store: Store, engine: str) -> dict[str, float]:
     """Set clock_offset_s for every node log of ``engine``; return {node: offset_s}."""
+    return align_engine_clocks_all(store, [engine])[engine]
+
+
+def align_engine_clocks_all(store: Store, engines: list[str]) -> dict[str, dict[str, float]]:
+    """``align_engine_clocks`` of every engine of ``engines``: the milestones of all their logs read in one
+    query (a query per milestone and node cost some 15 ms an engine); engine -> {node: offset_s}."""
+    firsts: dict[tuple[str, str, str], Any] = {
+        (r[0], r[1], r[2]): r[3] for r in store.con.execute(
+            "SELECT e.engine, e.path, m.m, min(e.ts) FROM t_events e JOIN (SELECT unnest(?) AS m) m "
+            "ON starts_with(e.message, m.m) WHERE list_contains(?, e.engine) GROUP BY ALL",
+            [MILESTONES, engines]).fetchall()}
+    return {engine: _align_nodes(store, engine, firsts) for engine in engines}
+
+
+def _align_nodes(store: Store, engine: str, firsts: dict[tuple[str, str, str], Any]) -> dict[str, float]:
+    # the nodes in the order this query gives them: it picks the main node among equal scores
     nodes = store.query(
         """SELECT s.node, list(s.path) AS paths,
                   (SELECT count(*) FROM t_http_requests h WHERE list_contains(list(s.source_id), h.source_id))
@@ -37,9 +54,9 @@ def align_engine_clocks(store: Store, engine: str) -> dict[str, float]:
     nodes.sort(key=lambda r: -r["main_score"])
     main = nodes[0]
     offsets: dict[str, float] = {main["node"]: 0.0}
-    main_ms = _milestones(store, engine, main["paths"])
+    main_ms = _milestones(firsts, engine, main["paths"])
     for node in nodes[1:]:
-        other = _milestones(store, engine, node["paths"])
+        other = _milestones(firsts, engine, node["paths"])
         diffs = [(main_ms[k] - other[k]).total_seconds() for k in main_ms.keys() & other.keys()]
         offset = float(round(statistics.median(diffs))) if diffs else 0.0
         offsets[node["node"]] = offset
@@ -48,15 +65,13 @@ def align_engine_clocks(store: Store, engine: str) -> dict[str, float]:
     return offsets
 
 
-def _milestones(store: Store, engine: str, paths: list[str]) -> dict:
+def _milestones(firsts: dict[tuple[str, str, str], Any], engine: str, paths: list[str]) -> dict:
+    """Each milestone's first time in the files ``paths`` of ``engine``."""
     out = {}
     for m in MILESTONES:
-        first = store.scalar(
-            "SELECT min(ts) FROM t_events WHERE engine = ? AND list_contains(?, path) AND starts_with(message, ?)",
-            [engine, paths, m],
-        )
-        if first is not None:
-            out[m] = first
+        times = [t for p in set(paths) if (t := firsts.get((engine, p, m))) is not None]
+        if times:
+            out[m] = min(times)
     return out
 
 

@@ -19,7 +19,13 @@ from ..readers.layout import EvidenceFile, Workspace
 from ..store import Store
 from ..terminal_progress import ProgressBar
 from . import fork_server
-from .clock import TORCH_JOB_TIMELESS, align_engine_clocks, align_envelope_times, align_envelope_times_all
+from .clock import (
+    TORCH_JOB_TIMELESS,
+    align_engine_clocks,
+    align_engine_clocks_all,
+    align_envelope_times,
+    align_envelope_times_all,
+)
 from .collective_clock import align_flight_recorder
 from .fragments import join_parts, rank_snapshots
 from .jobs import FileOutcome, IngestResult, with_result
@@ -140,8 +146,9 @@ _AFTER_LOAD = [
 ]
 
 
-# Passes that take all their engines at once (one statement per step, not per engine).
-_SETWISE = {align_envelope_times: align_envelope_times_all}
+# Passes that take all their engines at once (one statement per step, not per engine; the node clocks: their
+# milestones read at once, the main node chosen per engine).
+_SETWISE = {align_envelope_times: align_envelope_times_all, align_engine_clocks: align_engine_clocks_all}
 
 
 def after_load(store: Store, engines: list[str]) -> None:
