@@ -100,21 +100,24 @@ def scan(root: Path, db: Path, out: Path | None = None, json_out: Path | None = 
         raise InputError(f"{root} is not a folder of engines")
     jobs = jobs or os.cpu_count() or 1
     local = executor == "local"
-    if local and (ray_address is not None or staging is not None):
-        raise InputError("--ray-address and --staging go with --executor ray")
-    # before the lock: a bad option fails at once (the local one is made once the fork server is started)
+    # before the lock: a bad option fails at once (the local executor itself is made once the fork server is
+    # started: it imports the ingest)
+    if local:
+        _no_ray_options(ray_address, staging)
     ex = None if local else make_executor(executor, jobs, ray_address, staging)
     # The parsers' fork server loads (some 0.9 s) while the scan goes on: a first scan starts it before DuckDB
     # and the ingest are imported, the database opened and every file planned; a later one as soon as planning
     # finds a file to read (an unchanged rescan never starts it: 0.6 s of CPU beside its planning)
-    with ScanLock(db, wait_s), fork_server.started_early_for(jobs if local else 1, now=not Path(db).exists()):
-        return _scan(root, db, out, json_out, jobs, progress, show_payloads, executor,
+    pool_jobs = jobs if local else 1
+    with ScanLock(db, wait_s), fork_server.started_early_for(pool_jobs, now=not Path(db).exists()):
+        return _scan(root, db, out, json_out, jobs, pool_jobs, progress, show_payloads, executor,
                      ex or make_executor("local", jobs), t0)
 
 
-def _scan(root: Path, db: Path, out: Path | None, json_out: Path | None, jobs: int, progress: ProgressBar | None,
-          show_payloads: bool, executor: str | Executor, ex: Executor, t0: float) -> ScanResult:
-    """``scan`` under its lock."""
+def _scan(root: Path, db: Path, out: Path | None, json_out: Path | None, jobs: int, pool_jobs: int,
+          progress: ProgressBar | None, show_payloads: bool, executor: str | Executor, ex: Executor,
+          t0: float) -> ScanResult:
+    """``scan`` under its lock; ``pool_jobs``: the parser processes of a local pool (1: none)."""
     from ..ingest.pipeline import ingest_files
     from ..readers.layout import Workspace
     from ..store import Store
@@ -131,7 +134,7 @@ def _scan(root: Path, db: Path, out: Path | None, json_out: Path | None, jobs: i
         engines = sorted({f.engine for f in files} | {r["engine"] for r in store.query(
             "SELECT DISTINCT engine FROM sources WHERE starts_with(abs_path, ?)", [prefix])})
         res = ingest_files(store, root, files, progress, jobs=jobs, vanish_engines=engines, executor=ex,
-                           on_work=lambda: fork_server.start_for(jobs if executor == "local" else 1))
+                           on_work=lambda: fork_server.start_for(pool_jobs))
         t_ingest = time.monotonic()
         from ..analysis import findings as findings_mod  # rules and models load only when something changed
         from ..analysis.summaries import incidents as incidents_mod
@@ -190,8 +193,7 @@ def make_executor(kind: str | Executor, jobs: int, ray_address: str | None = Non
     if not isinstance(kind, str):
         return kind
     if kind == "local":
-        if ray_address is not None or staging is not None:
-            raise InputError("--ray-address and --staging go with --executor ray")
+        _no_ray_options(ray_address, staging)
         from ..ingest.pipeline import LocalExecutor
 
         return LocalExecutor(jobs)
@@ -201,6 +203,11 @@ def make_executor(kind: str | Executor, jobs: int, ray_address: str | None = Non
         require_ray()
         return RayExecutor(address=ray_address, staging=staging, num_cpus=jobs)
     raise InputError(f"--executor must be local or ray, not {kind!r}")
+
+
+def _no_ray_options(ray_address: str | None, staging: str | None) -> None:
+    if ray_address is not None or staging is not None:
+        raise InputError("--ray-address and --staging go with --executor ray")
 
 
 def _incident_json(i: dict[str, Any], scan_id: int) -> dict[str, Any]:

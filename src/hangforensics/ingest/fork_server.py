@@ -106,20 +106,6 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-@contextlib.contextmanager
-def started_early(paths: list[Path], jobs: int) -> Iterator[None]:
-    """Start the fork server for a large log now, when ``paths`` (files, or folders one or two levels above
-    them) hold one that will be read in byte ranges; stopped at the end whatever happened (an unchanged
-    file's ingest never uses it)."""
-    if jobs > 1 and any(_large_plain_log(p) for p in paths):
-        with one_polars_thread():       # the workers' setting (as parallel's pool sets it), inherited
-            context(scanner=True)
-    try:
-        yield
-    finally:
-        stop()
-
-
 def start_for(jobs: int) -> None:
     """Start the server of a pool of ``jobs`` processes reading logs (with the scanner) unless it runs: it
     loads (some 0.9 s) while the caller goes on.  Nothing for one process (no pool)."""
@@ -130,14 +116,23 @@ def start_for(jobs: int) -> None:
 
 @contextlib.contextmanager
 def started_early_for(jobs: int, now: bool) -> Iterator[None]:
-    """``started_early`` for a fleet scan: the server started ``now`` (``start_for``), or later by the
-    caller; stopped at once if no pool uses it (``LocalExecutor``), and at the end whatever happened."""
+    """The server started ``now`` (``start_for``), or later by the caller (a fleet scan: once planning finds
+    work); stopped at once if no pool uses it (``LocalExecutor``), and at the end whatever happened."""
     if now:
         start_for(jobs)
     try:
         yield
     finally:
         stop()
+
+
+@contextlib.contextmanager
+def started_early(paths: list[Path], jobs: int) -> Iterator[None]:
+    """Start the fork server for a large log now, when ``paths`` (files, or folders one or two levels above
+    them) hold one that will be read in byte ranges; stopped at the end whatever happened (an unchanged
+    file's ingest never uses it)."""
+    with started_early_for(jobs, now=jobs > 1 and any(_large_plain_log(p) for p in paths)):
+        yield
 
 
 # Compressed files and archives are read whole (no byte ranges): no scanner pool for them.

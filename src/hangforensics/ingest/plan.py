@@ -72,8 +72,8 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
         probe = planner.plan_known(f)
         if probe is not None:
             pending.append(probe)
-        if on_work is not None and (probe is not None or (planner.plans and planner.plans[-1].action in ("read", "resume"))):
-            on_work()
+        if on_work is not None and (probe is not None or planner.plans[-1].action in ("read", "resume")):
+            on_work()                           # (no probe: plan_known planned the file)
             on_work = None
     # Files whose path is new (or whose content under the same path changed): is the content known?
     renamed = planner.claim_renames(pending)

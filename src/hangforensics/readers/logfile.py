@@ -282,8 +282,8 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
     With ``records`` a chunk ends before the last record start it holds (when one lies in its second
     half; ``record_start`` overrides the pattern, e.g. for a log behind a collector envelope), so
     multi-line records stay whole and ``end_offset`` is a safe place to resume; the last chunk ends at the
-    end (a small file is one chunk), but for a last line without its newline, which is a chunk alone.  Damage is tolerated
-    and counted in ``notes``: NUL bytes are removed (a leading run is skipped), invalid UTF-8 becomes
+    end (a small file is one chunk), but for a last line without its newline, which is a chunk alone.
+    Damage is tolerated and counted in ``notes``: NUL bytes are removed (a leading run is skipped), invalid UTF-8 becomes
     U+FFFD, a line longer than MAX_LINE_BYTES keeps its start, a damaged gzip yields what it holds.
     ``hold_partial``: a last line without its newline (a live file mid-write) is not yielded.
     ``column``: each chunk's lines as one polars String column (``Chunk.column``), split in native code;
@@ -312,7 +312,8 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                     block, short = block + more, not more
                 # the last of the bytes to read: not cut before its last record (a chunk of that record alone
                 # would cost a parser call, and lose its neighbours)
-                eof = not block or short or (end_offset is not None and offset + len(carry) + len(block) >= end_offset)
+                eof = not block or short or (
+                    end_offset is not None and offset + len(carry) + len(block) >= end_offset)
                 if cut_line and block:
                     nl = block.find(b"\n")
                     dropped = len(block) if nl < 0 else nl
