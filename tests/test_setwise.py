@@ -164,7 +164,41 @@ def test_small_files_loaded_several_to_a_transaction_store_what_one_file_each_st
     assert _tables(grouped) == _tables(single)
 
 
-def test_a_file_that_fails_to_read_leaves_the_rest_of_its_group_loaded(corpus: Path, tmp_path: Path, monkeypatch):
+def test_a_groups_rows_are_inserted_as_it_goes_and_stored_as_one_transaction_per_file_stores(
+        corpus: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(load, "INSERT_BYTES", 1)               # the rows of every file inserted at once
+    monkeypatch.setattr(load, "GROUP_BYTES", 1 << 40)          # one transaction for the whole corpus
+    monkeypatch.setattr(load, "GROUP_FILES", 1 << 20)
+    calls = {"insert": 0, "commit": 0}
+    real_insert, real_commit = load.LoadGroup._insert_gathered, load.LoadGroup.commit
+
+    def insert(self):
+        calls["insert"] += bool(self.rows)
+        return real_insert(self)
+
+    def commit(self):
+        calls["commit"] += self.open
+        return real_commit(self)
+
+    monkeypatch.setattr(load.LoadGroup, "_insert_gathered", insert)
+    monkeypatch.setattr(load.LoadGroup, "commit", commit)
+    grouped = tmp_path / "grouped.duckdb"
+    with Store(grouped) as st:
+        ingest_paths(st, [corpus], mode="fleet")
+        files = st.scalar("SELECT count(*) FROM sources")
+    assert calls["commit"] <= 3 and calls["insert"] > files // 2        # inserted file by file, committed once
+    monkeypatch.setattr(load, "GROUP_FILES", 1)
+    single = tmp_path / "single.duckdb"
+    with Store(single) as st:
+        ingest_paths(st, [corpus], mode="fleet")
+    assert _tables(grouped) == _tables(single)
+
+
+@pytest.mark.parametrize("insert_bytes", [None, 1])
+def test_a_file_that_fails_to_read_leaves_the_rest_of_its_group_loaded(corpus: Path, tmp_path: Path, monkeypatch,
+                                                                       insert_bytes):
+    if insert_bytes is not None:                               # (the group's rows inserted before the failure)
+        monkeypatch.setattr(load, "INSERT_BYTES", insert_bytes)
     from hangforensics.errors import InputError
 
     real = pipeline.parse_file
