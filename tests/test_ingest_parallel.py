@@ -144,3 +144,37 @@ def test_many_files_go_to_the_workers_a_window_at_a_time(tmp_path: Path, monkeyp
         assert sorted(st.con.execute(tables).fetchall(), key=repr) == serial
         assert st.scalar("SELECT count(*) FROM sources WHERE status <> 'ok'") == 0
     assert len(most) > 3 and max(most) == 2
+
+
+def test_the_costliest_whole_files_go_to_the_workers_first(tmp_path: Path, monkeypatch):
+    """Whole files are handed out largest first (a compressed one counted at several times its bytes), so
+    that the last to finish are small ones; they load as they finish, as one process would load them."""
+    import gzip
+    import random
+
+    line = "[2025-01-01 00:00:{s:02d}] Decode batch. #running-req: 1, #token: 10, token usage: 0.01, #queue-req: 0\n"
+    fleet = tmp_path / "fleet"
+    sizes = {"a-small": 20, "b-large": 3000, "c-middle": 600}
+    for name, n in sizes.items():
+        (fleet / name).mkdir(parents=True)
+        (fleet / name / "server.log").write_text("".join(line.format(s=k % 60) for k in range(n)))
+    (fleet / "d-gz").mkdir()
+    rng = random.Random(7)
+    gz = fleet / "d-gz" / "server.log.gz"
+    with gzip.open(gz, "wt") as f:                  # fewer bytes on disk than c-middle's, more to read
+        f.write("".join(line.format(s=k % 60).replace("#token: 10", f"#token: {rng.randrange(10**9)}")
+                        for k in range(2000)))
+    assert gz.stat().st_size < (fleet / "c-middle" / "server.log").stat().st_size
+    monkeypatch.setattr(ingest, "PARALLEL_MIN_BYTES", 1024)
+    order: list[str] = []
+    init = parallel._Whole.__init__
+
+    def seen(self, pool, tmp, todo, window, ranges):
+        order.extend(p.file.engine for p in todo)
+        init(self, pool, tmp, todo, window, ranges)
+
+    monkeypatch.setattr(parallel._Whole, "__init__", seen)
+    with Store(tmp_path / "p.duckdb") as st:
+        ingest.ingest_paths(st, [fleet], mode="fleet", jobs=2)
+        assert st.scalar("SELECT count(*) FROM batches") == sum(sizes.values()) + 2000
+    assert order == ["b-large", "d-gz", "c-middle", "a-small"]

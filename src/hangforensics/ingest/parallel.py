@@ -129,7 +129,10 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
             split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
             # the ranges' first lines, while the fork server loads (the first submit waits for it)
             ranges.count(len(ranges.todo) - 1)
-            whole = _Whole(pool, tmp, [p for p in work if not splittable(p)], WHOLE_WINDOW * jobs, ranges)
+            # the largest first: the last files to finish are small ones, not a large log parsed while the other
+            # workers have nothing left (files load as they finish, in any order)
+            whole = _Whole(pool, tmp, sorted((p for p in work if not splittable(p)), key=_read_cost, reverse=True),
+                           WHOLE_WINDOW * jobs, ranges)
             with _workers_ignore_ctrl_c():         # workers start on submit: Ctrl-C is the parent's to handle
                 whole.fill()
                 ranges.fill()
@@ -151,6 +154,16 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
                 yield p, load_file(store, p, join_ranges(_read_ipc(*f.result()) for f in ranges.take(count)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# A compressed file's bytes cost its parser several times a plain file's (some five times as many to read).
+COMPRESSED_COST = 5
+
+
+def _read_cost(p: Plan) -> int:
+    """What parsing a whole file costs, roughly: its bytes to read (a compressed file's several times)."""
+    size = max(p.st.st_size - p.job().start_offset, 0)
+    return size * COMPRESSED_COST if p.compressed else size
 
 
 # Whole files in the workers' hands at once, per worker: their results (small row batches come back inline)
