@@ -231,3 +231,57 @@ def test_the_after_load_passes_skip_only_engines_with_nothing_to_do(corpus: Path
     assert _tables(found) == _tables(forced)
     with Store(found) as st:          # the corpus does give the passes work: joins, clocks, dated lines
         assert st.scalar("SELECT count(*) FROM stack_joins") > 0
+
+
+def test_views_read_once_per_analysis_give_what_reading_the_views_gives(tmp_path: Path, monkeypatch):
+    """The costly views an analysis reads several times are computed once into temporary tables of their
+    names: the findings and every derived table are those of reading the views, and the views are themselves
+    again after it (a later ingest shows in them)."""
+    from hangforensics.analysis import findings
+
+    fleet = tmp_path / "fleet"
+    for name in KINDS:          # watchdog firings (timeout lines and other outputs), torch NCCL collectives
+        shutil.copytree(DATA / "families" / "fleet" / name, fleet / name)
+    _restarted_twice().write(fleet / "restarted-twice")
+    dbs = {}
+    for mode, views in (("once", findings.READ_ONCE), ("views", ())):
+        monkeypatch.setattr(findings, "READ_ONCE", views)
+        dbs[mode] = tmp_path / f"{mode}.duckdb"
+        with Store(dbs[mode]) as st:
+            ingest_paths(st, [fleet], mode="fleet")
+            run_rules(st)
+            if views:
+                assert st.scalar("SELECT count(*) FROM watchdog_fires") > 0
+                assert st.scalar("SELECT count(*) FROM collectives") > 0
+                assert st.scalar("SELECT count(*) FROM duckdb_tables() WHERE temporary") == 0
+    assert _tables(dbs["once"]) == _tables(dbs["views"])
+    with Store(dbs["once"]) as st:              # the view again: new evidence shows in it
+        before = st.scalar("SELECT count(*) FROM watchdog_fires")
+        log = LogWriter(tp=2)
+        log.startup(0).traffic(10, 200)
+        for r in range(2):
+            log.watchdog(520, f"TP{r}")
+        log.write(tmp_path / "more" / "late-engine")
+        ingest_paths(st, [tmp_path / "more"], mode="fleet")
+        assert st.scalar("SELECT count(*) FROM watchdog_fires") > before
+
+
+def test_views_read_once_read_no_table_an_analysis_writes():
+    """A view computed once at the start of an analysis must not read what the analysis then writes."""
+    from hangforensics.analysis import findings
+    from hangforensics.store.schema import LOADED_TABLES
+    from hangforensics.store.views import VIEWS
+
+    def reads(view: str, seen: set[str]) -> set[str]:
+        sql = VIEWS[view]
+        ctes = set(re.findall(r"\b([a-z_0-9]+)\s+AS\s*\(", sql))
+        names = set(re.findall(r"\b(?:FROM|JOIN)\s+([a-z_0-9]+)", sql)) - ctes
+        out = set()
+        for n in names - seen:
+            out |= reads(n, seen | {n}) if n in VIEWS else {n}
+        return out
+
+    evidence = set(LOADED_TABLES) | {"sources"}     # written by the ingest (and its passes) only
+    for view in findings.READ_ONCE:
+        tables = reads(view, {view})
+        assert tables and tables <= evidence, tables
