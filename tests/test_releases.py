@@ -177,3 +177,22 @@ def test_vllm_records_are_dated_and_named():
         assert all(r["ts"] is not None and r["ts"].strftime("%m-%d %H:%M") >= "09-01 12:00" for r in rows)
         assert st.scalar("SELECT status FROM http_requests") == 503
         assert st.scalar("SELECT unparsed_lines FROM sources") == 0
+
+
+@pytest.mark.parametrize("where", ["first", "last", "nowhere"])
+def test_the_newest_release_wins_wherever_its_trait_is_in_a_large_chunk(where: str):
+    """Many messages (the way a large chunk's release is looked for): an older release's trait on every batch
+    line, a newer one's once, at either end or not at all."""
+    import polars as pl
+
+    from hangforensics.parsers.sglang.sglang_log import SMALL_ROWS, release_of
+
+    older = "Decode batch, #running-req: 3, #token: 100, token usage: 0.10, accept rate: 0.81, "   # 0.5.5
+    newer = "Scheduler debug info: {}"                                                           # 0.5.10
+    msgs = [older] * (4 * SMALL_ROWS)
+    if where == "first":
+        msgs[0] = newer
+    elif where == "last":
+        msgs[-1] = newer
+    assert release_of(pl.Series(msgs)) == ("0.5.5" if where == "nowhere" else "0.5.10")
+    assert release_of(pl.Series(msgs), known="0.5.10") is None

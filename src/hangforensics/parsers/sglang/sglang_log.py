@@ -112,8 +112,11 @@ def release_of(msgs: pl.Series, known: str | None = None) -> str | None:
             _TRAIT_SEARCHES[len(looked)] = [pl.col("m").str.contains(rx).any().alias(r) for r, rx in looked]
         seen = msgs.to_frame("m").select(_TRAIT_SEARCHES[len(looked)]).row(0)
         return next((r for (r, _), hit in zip(looked, seen, strict=True) if hit), None)
+    head = msgs.head(SMALL_ROWS)
     for release, rx in looked:
-        if msgs.str.contains(rx).any():
+        # a release's traits are on its batch lines, the bulk: when they are there, the head shows them (the
+        # newer releases before it are looked for in every message all the same)
+        if head.str.contains(rx).any() or msgs.str.contains(rx).any():
             return release
     return None
 
