@@ -270,3 +270,17 @@ def test_seed_incident_report_is_redacted(tmp_path: Path, open_page):
     page, seen = open_page(out)
     assert seen == []
     assert "stopped making forward progress" in page.locator("#verdict").inner_text()
+
+
+def test_the_timelines_markup_built_in_python_escapes_every_value():
+    """Bars and probe dots are markup built outside the template: each value is escaped as the template would."""
+    from hangforensics.report.html import _bars_svg, _probes_svg
+
+    dots = str(_probes_svg([(120.5, True, True, 200, "10:00:00", SVG), (130.0, False, False, 503, "10:00:10", "/health")],
+                           42))
+    assert SVG not in dots and "&lt;svg onload=window.__pwned=1&gt;" in dots
+    assert dots.count("<circle") == 2 and 'class="probe after-onset" cx="120.5" cy="42" r="3.5"' in dots
+    assert 'stroke="#b3261e"' in dots and 'fill="#b3261e" ><title>10:00:10 /health 503</title>' in dots
+    bars = str(_bars_svg([(110.0, 40.5, 4.3, 12.0, 7)]))
+    assert bars == ('<rect x="110.0" y="40.5" width="4.3" height="12.0" fill="#2e7d32">'
+                    '<title>7 progress line(s)</title></rect>')
