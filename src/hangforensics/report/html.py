@@ -1,6 +1,7 @@
 """The HTML incident report: one self-contained file (inline CSS and SVG, no network), jinja2 autoescaped.
 
-Safety: every value is escaped (autoescape on for all templates, no ``|safe`` on evidence), a
+Safety: every value is escaped (autoescape on for all templates, no ``|safe`` on evidence; the timeline's
+markup built here escapes each value itself), a
 Content-Security-Policy meta forbids scripts (the fleet index allows only its own, by hash) and any load,
 links built from evidence are relative and percent-encoded, and request payloads in evidence text are
 redacted (``redaction.py``) unless the operator asks for them.
