@@ -34,7 +34,7 @@ Adding a signature is adding a file.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -313,13 +313,17 @@ def rebuild(store: Store, engines: list[str]) -> None:
 def _per_collective(store: Store, engines: list[str], sig: Signature) -> list[dict[str, Any]]:
     """One match per (engine, process group, SeqNum) of the torch collective timeouts."""
     rows = store.query(
-        """SELECT engine, pg, seq, any_value(op) AS op, min(ts) AS ts, count(DISTINCT coalesce(rank, -1 - pg_rank)) AS n,
-                  list(DISTINCT rank ORDER BY rank) AS ranks, list({'file': path, 'line': line} ORDER BY ts)[1:8] AS ev,
+        """SELECT engine, pg, seq, list(op ORDER BY rank NULLS LAST, op) FILTER (WHERE op IS NOT NULL) AS ops,
+                  min(ts) AS ts, count(DISTINCT coalesce(rank, -1 - pg_rank)) AS n,
+                  list(DISTINCT rank ORDER BY rank) AS ranks, list({'file': path, 'line': line} ORDER BY ts, path, line)[1:8] AS ev,
                   max(timeout_ms) AS timeout_ms
            FROM collectives WHERE list_contains(?, engine) AND source = 'torch_nccl'
            GROUP BY engine, pg, seq ORDER BY engine, ts""", [engines])
     out = []
     for r in rows:
+        # the op most ranks report (a rank in another collective at that SeqNum is the odd one out), the lowest
+        # rank's among equals
+        r["op"] = Counter(r["ops"]).most_common(1)[0][0] if r["ops"] else None
         ranks = ", ".join(str(x) for x in r["ranks"] if x is not None)
         where = f"process group {r['pg']}" if r["pg"] != "?" else "a process group the lines do not name"
         detail = (f"{r['n']} rank(s) ({ranks}) report that collective SeqNum {r['seq']} "
