@@ -45,7 +45,10 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
         snapshots.rebuild(store, engines)          # after the rank classes: it confirms or adds desyncs
         signatures.rebuild(store, engines)
         found = [_finding(rule, r, show_payloads) for rule in rules for r in _rule_rows(store, rule, engines)]
-        found.sort(key=lambda f: (f["engine"], SEVERITY_RANK[f["severity"]], f["ts"] or datetime.max, f["rule"]))
+        # (what they say breaks the ties: two undated findings of one rule are numbered the same way on any
+        # number of DuckDB threads)
+        found.sort(key=lambda f: (f["engine"], SEVERITY_RANK[f["severity"]], f["ts"] or datetime.max, f["rule"],
+                                  f["title"], f["ranks"], f["detail"]))
         store.con.execute("DELETE FROM findings WHERE list_contains(?, engine)", [engines])
         base = store.scalar("SELECT COALESCE(MAX(finding_id), 0) FROM findings")
         store.append("findings", [dict(f, finding_id=base + i + 1) for i, f in enumerate(found)])
