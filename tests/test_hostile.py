@@ -244,3 +244,33 @@ def test_a_held_back_tail_is_read_once_the_file_is_final(tmp_path: Path):
         ingest_paths(st, [eng])
         assert st.scalar("SELECT lines FROM sources") == physical_lines(log)
         assert st.scalar("SELECT count(*) FROM events WHERE message = 'The last words'") == 1
+
+
+@pytest.mark.parametrize("name,body", [
+    ("crlf-nul-utf8.log", b"\x00\x00\x00first\r\nsec\x00ond\r\n\xff\xfe bad bytes\nla\xc3\xa9st without newline"),
+    ("plain.log", b"".join(b"line %d\n" % k for k in range(1, 3001))),
+    ("blank-lines.log", b"\n\n\nx\n\n"),
+    ("rotated.log.gz", gzip.compress(b"".join(b"[2025-01-01 00:00:00] Decode batch. #%d\r\n" % k
+                                             for k in range(1, 500)))),
+])
+def test_reading_some_lines_back_gives_what_the_reader_numbered_and_cleaned(tmp_path: Path, monkeypatch, name, body):
+    """Excerpts read only the lines quoted (``read_lines``): the same numbers and text as ``iter_chunks`` gives
+    them, whatever the file holds, at any chunk size."""
+    path = tmp_path / name
+    path.write_bytes(body)
+    monkeypatch.setattr(logfile, "CHUNK_BYTES", 7)          # lines across many reads
+    every = [s for c in iter_chunks(path, chunk_bytes=7) for s in c.lines]
+    wanted = {1, 2, 3, 5, len(every), len(every) + 1, 0}    # (past the end, or none: absent)
+    got = logfile.read_lines(path, wanted)
+    assert got == {n: every[n - 1] for n in wanted if 1 <= n <= len(every)}
+    assert logfile.read_lines(path, set(range(1, len(every) + 1))) == dict(enumerate(every, 1))
+
+
+def test_reading_a_line_back_from_a_monstrous_line_keeps_its_start(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(logfile, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr(logfile, "CHUNK_BYTES", 7)
+    path = tmp_path / "long.log"
+    path.write_bytes(b"a" * 1000 + b"\nnext\n" + b"b" * 500)
+    every = [s for c in iter_chunks(path, chunk_bytes=7) for s in c.lines]
+    assert every[0] == "a" * 100 and every[1] == "next"
+    assert logfile.read_lines(path, {1, 2, 3}) == dict(enumerate(every, 1))

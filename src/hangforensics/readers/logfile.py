@@ -504,3 +504,44 @@ def offset_of_line(path: Path, offset: int, line: int, target: int) -> int:
         except OSError as e:
             raise InputError(f"cannot read {path}: {e}") from e
     return offset
+
+
+def read_lines(path: Path, wanted: set[int]) -> dict[int, str]:
+    """The text of the physical lines ``wanted`` (1-based, numbered and cleaned as ``iter_chunks`` does:
+    NULs removed, invalid UTF-8 replaced, CR stripped, an over-long line cut to MAX_LINE_BYTES), reading the
+    file up to the last of them.  Only those lines are decoded: a quote from the end of a large log does not
+    turn every line before it into a Python string (newlines are found by numpy)."""
+    import numpy as np
+
+    todo = sorted(n for n in wanted if n >= 1)
+    found: dict[int, bytes] = {}
+    k, line, carry, cut_line = 0, 1, b"", False
+    with open_binary(path) as f:
+        try:
+            _skip_leading_nul(f)
+            while k < len(todo):
+                block = f.read(CHUNK_BYTES)
+                if cut_line and block:              # the rest of an over-long line: skipped
+                    nl = block.find(b"\n")
+                    if nl < 0:
+                        continue
+                    block, cut_line = block[nl:], False
+                data = carry + block
+                if not block:                        # the end: a last line without its newline
+                    if data and todo[k] == line:
+                        found[line] = data
+                    break
+                ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+                starts = np.r_[0, ends + 1]
+                while k < len(todo) and todo[k] - line < len(ends):
+                    i = todo[k] - line
+                    found[todo[k]] = data[starts[i]:ends[i]]
+                    k += 1
+                line += len(ends)
+                carry = data[starts[-1]:]
+                if len(carry) > MAX_LINE_BYTES:     # keep the start of a monstrous line, skip the rest
+                    carry, cut_line = carry[:MAX_LINE_BYTES], True
+        except OSError as e:
+            raise InputError(f"cannot read {path}: {e}") from e
+    return {n: b.replace(b"\x00", b"").decode("utf-8", errors="replace").removesuffix("\r")
+            for n, b in found.items()}

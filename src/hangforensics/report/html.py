@@ -33,7 +33,7 @@ from ..analysis.findings import iso
 from ..analysis.rules import SEVERITIES, load_rules
 from ..analysis.stacks.stackclasses import compact_ranks
 from ..ranks import rank_key
-from ..readers.logfile import iter_chunks
+from ..readers.logfile import read_lines
 from ..redaction import redact_payloads, shorten
 from ..resources import data_dir
 from ..store import Store
@@ -153,18 +153,11 @@ def excerpts(store: Store, data: ReportData, wanted: list[tuple[str, set[tuple[s
     for (engine, path), lines in need.items():
         if (engine, path) not in src or (engine, path) in dumps:
             continue
-        got, last = text[(engine, path)], max(lines)
         try:
-            for chunk in iter_chunks(Path(src[(engine, path)]["abs_path"])):
-                end = chunk.first_line + len(chunk.lines)
-                for n in lines:
-                    if chunk.first_line <= n < end:
-                        got[n] = shorten(_shown(chunk.lines[n - chunk.first_line], show_payloads) or "",
-                                         EXCERPT_CHARS)
-                if end > last:
-                    break
-        except Exception:  # a file that vanished since ingest: the excerpts not read yet are simply absent
+            found = read_lines(Path(src[(engine, path)]["abs_path"]), lines)
+        except Exception:  # a file that vanished since ingest: its excerpts are simply absent
             continue
+        text[(engine, path)] = {n: shorten(_shown(t, show_payloads) or "", EXCERPT_CHARS) for n, t in found.items()}
     out: list[dict[tuple[str, int], str]] = []
     for (engine, _), by_path in zip(wanted, per_report, strict=True):
         mine: dict[tuple[str, int], str] = {}
