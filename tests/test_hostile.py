@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import DATA, LogWriter
+from conftest import DATA, SHARED, LogWriter
 
 from hangforensics.ingest import pipeline as ingest_mod
 from hangforensics.ingest.pipeline import ingest_paths
@@ -264,6 +264,18 @@ def test_reading_some_lines_back_gives_what_the_reader_numbered_and_cleaned(tmp_
     got = logfile.read_lines(path, wanted)
     assert got == {n: every[n - 1] for n in wanted if 1 <= n <= len(every)}
     assert logfile.read_lines(path, set(range(1, len(every) + 1))) == dict(enumerate(every, 1))
+
+
+def test_reading_lines_back_from_real_programs_output_gives_what_the_reader_gave(monkeypatch):
+    """Every file real programs wrote (py-spy, gdb and faulthandler captures of hung ranks; torch jobs run on
+    gloo; pasted issue threads): each of its lines read back alone is the reader's line."""
+    monkeypatch.setattr(logfile, "CHUNK_BYTES", 4096)
+    roots = [SHARED / "formats", DATA / "torch_jobs", DATA / "real_pastes"]
+    files = sorted(p for r in roots for p in r.rglob("*") if p.is_file())
+    assert len(files) > 80
+    for path in files:
+        every = [s for c in iter_chunks(path, chunk_bytes=4096) for s in c.lines]
+        assert logfile.read_lines(path, set(range(1, len(every) + 1))) == dict(enumerate(every, 1)), path
 
 
 def test_reading_a_line_back_from_a_monstrous_line_keeps_its_start(tmp_path: Path, monkeypatch):

@@ -543,5 +543,7 @@ def read_lines(path: Path, wanted: set[int]) -> dict[int, str]:
                     carry, cut_line = carry[:MAX_LINE_BYTES], True
         except OSError as e:
             raise InputError(f"cannot read {path}: {e}") from e
-    return {n: b.replace(b"\x00", b"").decode("utf-8", errors="replace").removesuffix("\r")
-            for n, b in found.items()}
+    # cleaned as the reader cleans a chunk's lines (each line its own, so none is lost or merged)
+    numbers = sorted(found)
+    text = _decode_lines(b"".join(found[n] + b"\n" for n in numbers), 1, ReadNotes())
+    return dict(zip(numbers, text, strict=True))

@@ -310,7 +310,7 @@ def _probes_svg(probes: list[tuple[float, bool, bool, Any, str, Any]], cy: int) 
     """The /health answers' dots: (x, status 200, after the onset, status, time, path)."""
     return Markup("".join(
         f'<circle class="probe{" after-onset" if after else ""}" cx="{escape(x)}" cy="{cy}" '
-        f'r="{3.5 if after else 2.5}"\n         fill="{"#2e7d32" if ok else "#b3261e"}" '
+        f'r="{3.5 if after else 2.5}" fill="{"#2e7d32" if ok else "#b3261e"}" '
         f'{_RINGED if after and ok else ""}><title>{escape(t)} {escape(path)} '
         f'{escape(status)}</title></circle>' for x, ok, after, status, t, path in probes))
 
