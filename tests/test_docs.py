@@ -57,3 +57,6 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     ci = (REPO / ".ci" / "run").read_text()
     assert ".venv/bin/pip install -e '.[test]'" in readme and ".venv/bin/pip install -q -e '.[test]'" in ci
     assert ".venv/bin/python -m pytest" in readme and "\n.venv/bin/python -m pytest" in ci
+    # the editable install byte-compiled, as a regular install is (PYTHONDONTWRITEBYTECODE would otherwise make
+    # every command compile the modules it imports)
+    assert ".venv/bin/python -m compileall -q src" in readme and "\n.venv/bin/python -m compileall -q src" in ci

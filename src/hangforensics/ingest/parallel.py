@@ -21,6 +21,7 @@ from ..readers.payload import STATEFUL_PASTE, PayloadReader
 from ..store import Store
 from ..terminal_progress import ProgressBar
 from . import fork_server
+from .batch_parse import BATCH_BYTES, BATCH_FILE_BYTES, BATCH_FILES, BATCH_PLAIN_BYTES, parse_batch_to_ipc
 from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, with_result
 from .load import LoadGroup, load_file
 from .plan import Plan
@@ -131,8 +132,8 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
             ranges.count(len(ranges.todo) - 1)
             # the largest first: the last files to finish are small ones, not a large log parsed while the other
             # workers have nothing left (files load as they finish, in any order)
-            whole = _Whole(pool, tmp, sorted((p for p in work if not splittable(p)), key=_read_cost, reverse=True),
-                           WHOLE_WINDOW * jobs, ranges)
+            tasks = batched(sorted((p for p in work if not splittable(p)), key=_read_cost, reverse=True))
+            whole = _Whole(pool, tmp, sorted(tasks, key=_task_cost, reverse=True), WHOLE_WINDOW * jobs, ranges)
             with _workers_ignore_ctrl_c():         # workers start on submit: Ctrl-C is the parent's to handle
                 whole.fill()
                 ranges.fill()
@@ -166,15 +167,52 @@ def _read_cost(p: Plan) -> int:
     return size * COMPRESSED_COST if p.compressed else size
 
 
+# What a file costs a worker whatever its size, in bytes of a plain log (some 10 ms: a batch of small logs
+# costs its files' share of a parse, and more than its bytes say).
+FILE_COST = 256 * 1024
+
+
+def _task_cost(task: Plan | list[Plan]) -> int:
+    """What a task costs, roughly: the costliest go first, so that the last to finish are small (a batch of
+    many small logs is not left to one worker at the end)."""
+    return sum(_read_cost(p) + FILE_COST for p in task) if isinstance(task, list) else _read_cost(task) + FILE_COST
+
+
 # Whole files in the workers' hands at once, per worker: their results (small row batches come back inline)
 # wait in this process until loaded, so the window bounds its memory (all submitted at once, a fleet of 5000
 # small engines piled up 1.3 GB of finished results while the loader caught up); a few per worker keep them busy.
 WHOLE_WINDOW = 8
 
 
+def batchable(p: Plan) -> bool:
+    """A small log read whole from its start, which a worker may parse together with others
+    (``batch_parse``)."""
+    job = p.job()
+    return p.kind == "server_log" and not p.compressed and not job.start_offset and not job.hold_partial \
+        and p.st.st_size <= (BATCH_PLAIN_BYTES if scanned(p) else BATCH_FILE_BYTES)
+
+
+def batched(plans: list[Plan]) -> list[Plan | list[Plan]]:
+    """``plans`` as the pool's tasks, in their order: a file, or a list of small logs that go to one worker
+    together (up to BATCH_BYTES and BATCH_FILES a task)."""
+    tasks: list[Plan | list[Plan]] = []
+    batch: list[Plan] = []
+    for p in plans:
+        if not batchable(p):
+            tasks.append(p)
+            continue
+        if batch and (sum(b.st.st_size for b in batch) + p.st.st_size > BATCH_BYTES or len(batch) >= BATCH_FILES):
+            tasks.append(batch if len(batch) > 1 else batch[0])
+            batch = []
+        batch.append(p)
+    if batch:
+        tasks.append(batch if len(batch) > 1 else batch[0])
+    return tasks
+
+
 class _Whole:
-    """Whole files parsed by the pool, at most ``window`` at a time; iterating yields (plan, result) as they
-    finish, submitting the next ones."""
+    """Whole files parsed by the pool (a task is a file or a batch of small logs), at most ``window`` tasks at
+    a time; iterating yields (plan, result) as they finish, submitting the next ones."""
 
     def __init__(self, pool: Any, tmp: Path, todo: list[Any], window: int, ranges: _Ranges) -> None:
         self.pool, self.tmp, self.todo, self.window = pool, tmp, todo, max(window, 1)
@@ -185,8 +223,10 @@ class _Whole:
 
     def fill(self) -> None:
         while len(self.running) < self.window and self.next < len(self.todo):
-            p = self.todo[self.next]
-            self.running[self.pool.submit(parse_to_ipc, p.job(), str(self.tmp / f"f{self.next}"))] = p
+            task, prefix = self.todo[self.next], str(self.tmp / f"f{self.next}")
+            fut = self.pool.submit(parse_batch_to_ipc, [p.job() for p in task], prefix) if isinstance(task, list) \
+                else self.pool.submit(parse_to_ipc, task.job(), prefix)
+            self.running[fut] = task
             self.next += 1
         if self.all_submitted() and self.ranges.all_submitted():
             self.pool.no_more_tasks()
@@ -198,9 +238,12 @@ class _Whole:
         while self.running:
             done, _ = wait(self.running, return_when=FIRST_COMPLETED)
             for fut in done:
-                p = self.running.pop(fut)
-                self.fill()                 # the next file starts before this one loads
-                yield p, fut.result()
+                task = self.running.pop(fut)
+                self.fill()                 # the next task starts before this one loads
+                if isinstance(task, list):
+                    yield from zip(task, fut.result(), strict=True)
+                else:
+                    yield task, fut.result()
 
 
 # A split log's ranges: small enough that loading the first overlaps parsing the next ones, large enough

@@ -7,6 +7,7 @@ less start-up)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import InputError
@@ -35,30 +36,37 @@ INLINE_BYTES = 1024 * 1024
 def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, Any]], FileOutcome]:
     """Worker: parse one file, spill each batch to an Arrow IPC file (a small one travels back inline, as an
     Arrow table); errors travel back in the outcome."""
-    import pyarrow as pa
-
-    manifest: list[tuple[str, str]] = []
     result: list[FileOutcome] = []
     try:
-        for table, rows in with_result(parse_file(job), result):
-            if table == CHECKPOINT:
-                manifest.append((table, json.dumps([rows.lines, rows.unparsed, rows.read_bytes])))
-                continue
-            arrow = batch_to_arrow(rows)
-            if arrow is None:
-                continue
-            arrow = _dictionary_encoded(arrow)
-            if arrow.nbytes <= INLINE_BYTES:        # travels back with the result: no file to write and map
-                manifest.append((table, arrow))
-                continue
-            path = f"{prefix}-{len(manifest)}-{table}.arrow"
-            # uncompressed: the loader maps the file instead of decompressing it (its CPU is the bottleneck)
-            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, arrow.schema) as writer:
-                writer.write_table(arrow)
-            manifest.append((table, path))
+        manifest = to_manifest(with_result(parse_file(job), result), prefix)
     except InputError as e:
         return [], FileOutcome(status=f"error: {e}")
     return manifest, result[0] or FileOutcome()
+
+
+def to_manifest(batches: Iterable[tuple[str, Any]], prefix: str) -> list[tuple[str, Any]]:
+    """A file's (table, rows) batches as the loader reads them back: small Arrow tables inline, larger ones
+    spilled to Arrow IPC files named from ``prefix``, resume points as JSON."""
+    import pyarrow as pa
+
+    manifest: list[tuple[str, Any]] = []
+    for table, rows in batches:
+        if table == CHECKPOINT:
+            manifest.append((table, json.dumps([rows.lines, rows.unparsed, rows.read_bytes])))
+            continue
+        arrow = batch_to_arrow(rows)
+        if arrow is None:
+            continue
+        arrow = _dictionary_encoded(arrow)
+        if arrow.nbytes <= INLINE_BYTES:        # travels back with the result: no file to write and map
+            manifest.append((table, arrow))
+            continue
+        path = f"{prefix}-{len(manifest)}-{table}.arrow"
+        # uncompressed: the loader maps the file instead of decompressing it (its CPU is the bottleneck)
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, arrow.schema) as writer:
+            writer.write_table(arrow)
+        manifest.append((table, path))
+    return manifest
 
 
 # Repeated text columns (a file's engine and path on every row, a batch's kind and rank) spilled as Arrow

@@ -74,6 +74,7 @@ class Parsed:
     dated_by_previous: int = 0     # access lines without a time of their own, dated by the record before them
     dated_by_envelope: int = 0     # access lines without a time of their own, left to their envelope's time
     starts: pl.DataFrame | None = None   # parse_chunk(whole=False): the records' line, ts_dt, msg, ranks
+    interleaved_rows: list[int] | None = None   # parse_chunk(whole=False): the chunk's lines cut into (indices)
 
 
 
@@ -424,7 +425,8 @@ def _one_failure_summary(kind: pl.Series, body: pl.Series) -> pl.Series:
 
 def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
                 line_numbers: list[int] | None = None, collected_ts: list[datetime | None] | None = None,
-                whole: bool = True, head_what: bool = False) -> Parsed:
+                whole: bool = True, head_what: bool = False, files: list[int] | None = None,
+                references: list[datetime] | None = None) -> Parsed:
     """Parse a chunk of complete records; line numbers start at ``first_line``.
 
     The payload of an envelope gives ``line_numbers``, the physical line of each line (not consecutive
@@ -432,10 +434,17 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     of each line: rows are numbered by the first and carry the second.  ``whole=False``: the lines are
     part of a chunk (``sglang_fast``): the chunk-level facts (release, clock steps, last time) are left to
     the caller, which gets the records' line, time, message and ranks in ``Parsed.starts``.  ``head_what``:
-    the lines are not a file's head (``classify``).
+    the lines are not a file's head (``classify``).  ``files``: the lines are several files' (each line's
+    file, ``ingest.batch_parse``), each starting with a record of its own: times are filled from the
+    nearest dated record of the same file, else from that file's ``references`` (its modification time).
     """
     df = _classify(lines, head_what, first_line, collected_ts)
+    if files is not None and references is not None:
+        at = pl.Series(_FILE, files, dtype=pl.Int32)
+        df = df.with_columns(at, datetime_series(_REF, references).gather(at).alias(_REF))
     out = Parsed(lines=len(lines), interleaved=int(df.get_column("interleaved").sum()))
+    if not whole and out.interleaved:
+        out.interleaved_rows = df.filter(pl.col("interleaved")).get_column("i").to_list()
     starts = _record_starts(df, ctx)
     kinds = starts.get_column("kind")
     present = set((kinds if kinds.len() <= SMALL_ROWS else kinds.unique()).to_list())
@@ -452,7 +461,8 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     events = _apply_record_rows(events, rows)
     out.tables["events"] = events
     if "access" in present:
-        out.tables["http_requests"] = _date_bare_access(_access_rows(starts, ctx), batches, events, ctx, out)
+        out.tables["http_requests"] = _date_bare_access(_access_rows(starts, ctx), batches, events, ctx, out,
+                                                        None if files is None else (first_line, files))
     out.tables["leak_reports"] = rows.leaks
     out.tables["stacks"] = rows.stacks
     out.tables["frames"] = rows.frames
@@ -551,14 +561,18 @@ _NO_TS = pl.lit(None, dtype=pl.Datetime("us")).alias("ts_dt")
 _DATED = pl.col("ts_dt").forward_fill().backward_fill()
 
 
+_FILE, _REF = "_file", "_ref"      # parse_chunk(files=, references=): each line's file and its reference time
+
+
 def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
     """One row per record: its first line, its last line (continuations) and the dated lines around it
     (glog and vLLM print no year: they take it from the nearest SGLang timestamp, else from the line's
     envelope time, else from the file's modification time)."""
-    dated = _DATED
+    several = _FILE in df.columns
+    dated = _DATED.over(_FILE) if several else _DATED
     if ctx.last_ts is not None:
         dated = dated.fill_null(datetime_lit(ctx.last_ts))
-    ref = datetime_lit(ctx.reference or datetime(ctx.default_year, 1, 1))
+    ref = pl.col(_REF) if several else datetime_lit(ctx.reference or datetime(ctx.default_year, 1, 1))
     d = pl.col("_dated")
     if "collected_ts" in df.columns:        # else no envelope time: null
         ctx_ts, mtime = d.fill_null(pl.col("collected_ts")).fill_null(ref), d.is_null() & pl.col("collected_ts").is_null()
@@ -573,7 +587,8 @@ def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
     return _collect(lf
                     .with_columns(dated.alias("_dated")).with_columns(
                         ctx_ts.alias("ctx_ts"), d.is_not_null().alias("ctx_dated"), mtime.alias("ctx_mtime"),
-                        pl.col("ts_dt").backward_fill().alias("next_ts")).drop("_dated"))
+                        (pl.col("ts_dt").backward_fill().over(_FILE) if several else pl.col("ts_dt").backward_fill())
+                        .alias("next_ts")).drop("_dated", *([_FILE, _REF] if several else [])))
 
 
 def _batch_rows(starts: pl.DataFrame, ctx: FileContext) -> pl.DataFrame | None:
@@ -600,14 +615,18 @@ def _access_rows(starts: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
 
 
 def _date_bare_access(access: pl.DataFrame, batches: pl.DataFrame | None, events: pl.DataFrame, ctx: FileContext,
-                      out: Parsed) -> pl.DataFrame:
+                      out: Parsed, files: tuple[int, list[int]] | None = None) -> pl.DataFrame:
     """Access lines printed without a time of their own (uvicorn's default format, vLLM's API server).
 
     One with an envelope time is left for its envelope (ingest aligns it to the payload clock through the
     file's lines that carry both); one without is dated by the dated record before it in the file, an
     estimate (the line was printed at or after that time).  ``ctx.record_ts`` carries that record across
-    chunks."""
+    chunks.  ``files``: (first line, each line's file) of several files' lines (``parse_chunk``): a record
+    dates the access lines of its own file only."""
     frames = [f for f in (access, batches, events) if f is not None and f.height]
+    by: list[pl.Expr] = []
+    if files is not None:
+        by = [pl.lit(pl.Series(files[1], dtype=pl.Int32)).gather(pl.col("line") - files[0]).alias(_FILE)]
     bare = pl.col("ts").is_null()
     if "collected_ts" in access.columns:
         out.dated_by_envelope, n_bare = access.select((bare & pl.col("collected_ts").is_not_null()).sum().alias("a"),
@@ -616,9 +635,11 @@ def _date_bare_access(access: pl.DataFrame, batches: pl.DataFrame | None, events
     else:
         n_bare = access.get_column("ts").null_count()
     if n_bare:
-        dated = pl.concat([f.select("line", pl.col("ts").cast(pl.Datetime("us")).alias("_prev")) for f in frames]) \
+        dated = pl.concat([f.select("line", pl.col("ts").cast(pl.Datetime("us")).alias("_prev"), *by) for f in frames]) \
             .drop_nulls().sort("line")
-        prev = access.select("line").join_asof(dated, on="line", strategy="backward").get_column("_prev")
+        # (both sorted by line, so within each file too: polars cannot check that with 'by')
+        prev = access.select("line", *by).join_asof(dated, on="line", strategy="backward", by=_FILE if by else None,
+                                                     check_sortedness=not by).get_column("_prev")
         if ctx.record_ts is not None:
             prev = prev.fill_null(ctx.record_ts)
         access = access.with_columns(prev)

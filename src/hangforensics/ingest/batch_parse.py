@@ -1,0 +1,300 @@
+"""Small whole server logs parsed several at a time: one call of the general parser for a batch of them.
+
+A call of the general parser costs some 45 polars queries whatever its lines: measured on a fleet's logs of
+15-300 KB, 12 ms of fixed cost per file against 12-30 ms per MB, so a fleet of small engines spent most of
+its parse time there.  A batch concatenates the payload lines of files that cannot change what each other
+says, parses them once (each file's lines numbered after the files before it), and splits the rows back
+by those line ranges.  Two files are independent when:
+
+- no record spans both: each file's first payload line starts a record of its own;
+- no time is carried from one to the other: glog's year, an undated record's time, a bare access line's
+  time and a dump's time come from the nearest dated record of the file, and each file's first and last
+  records are dated (checked before the parse on the lines, after it on the records);
+
+and what the parser says of a chunk as a whole (its release, the clock's steps back, the lines cut into by
+another record, the access lines it dated) is worked out file by file.  A file that fails either check is
+parsed alone, and so is the rest of a batch whose records fail the check after the parse.  The rows are
+those each file's own parse gives (``tests/test_batch_parse.py`` compares them over every corpus).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..readers.logfile import CHUNK_BYTES, iter_chunks
+from ..readers.payload import Payload, PayloadReader
+from ..store.schema import LOADED_TABLES
+from .jobs import CHECKPOINT, FileJob, FileOutcome
+from .parse import _counted, _unparsed_frame
+from .worker import parse_to_ipc, to_manifest
+
+# A whole log this small may share a parse (``batchable``); a batch holds at most BATCH_BYTES of them (the
+# general parser's memory grows with its chunk: a batch is one chunk at most) and BATCH_FILES.
+BATCH_FILE_BYTES = 1024 * 1024
+# A plain log is read by the compiled scanner alone (12 ms of fixed cost, 12 ms per MB, measured), by the general
+# parser in a batch (some 60 ms per MB): only a small one gains by sharing a parse.
+BATCH_PLAIN_BYTES = 128 * 1024
+BATCH_BYTES = CHUNK_BYTES
+BATCH_FILES = 32
+
+# the engine and path the joint parse writes on its rows, each file's own put in their place after
+_ENGINE, _PATH = "\x00engine", "\x00path"
+_ID = f"{_ENGINE}:{_PATH}:"                 # the start of a dump id the joint parse builds (engine:path:line)
+_DATED = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+
+
+@dataclass
+class _Ready:
+    """A file read and unwrapped, waiting for the joint parse."""
+
+    job: FileJob
+    out: FileOutcome
+    pay: Payload
+    ctx: Any                        # its FileContext
+    physical: int                   # its physical lines: file k's line n is line bases[k] + n of the batch
+
+
+def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tuple[str, Any]], FileOutcome]]:
+    """Worker: the files of ``jobs`` (small whole logs), each result as ``parse_to_ipc`` gives it; those that
+    can be are parsed together (the plain ones, and those behind an envelope with or without times of its
+    own: their rows have the same columns), the others alone."""
+    ready: list[_Ready | None] = []
+    for job in jobs:
+        try:
+            ready.append(_prepared(job))
+        except (InputError, OSError):           # its own parse says what is wrong with it
+            ready.append(None)
+    # files that start with a record of their own follow each other; one other file may lead them
+    strong = _strong_starts([r.pay.lines[0] if r is not None else "" for r in ready])
+    groups: dict[tuple[bool, bool], list[int]] = {}
+    heads: dict[tuple[bool, bool], int] = {}
+    for k, r in enumerate(ready):
+        if r is not None:
+            key = (r.pay.plain, r.pay.collected_ts is None)
+            if strong[k]:
+                groups.setdefault(key, []).append(k)
+            else:
+                heads.setdefault(key, k)
+    for key, k in heads.items():
+        groups[key] = [k, *groups.get(key, [])]
+    done: dict[int, list[tuple[str, Any]]] = {}
+    for members in groups.values():
+        while len(members) > 1:                 # (files whose records show they are not independent: alone)
+            parts, failed = _parse_together([r for k in members if (r := ready[k]) is not None])
+            if not failed:
+                done.update(zip(members, parts, strict=True))
+                break
+            members = [k for i, k in enumerate(members) if i not in failed]
+    out = []
+    for k, (job, r) in enumerate(zip(jobs, ready, strict=True)):
+        if r is None:
+            out.append(parse_to_ipc(job, f"{prefix}-{k}"))
+            continue
+        batches = done[k] if k in done else _alone(r)
+        out.append((to_manifest(batches, f"{prefix}-{k}"), r.out))
+    return out
+
+
+def _prepared(job: FileJob) -> _Ready | None:
+    """``job``'s file read and unwrapped as ``parse._parse_log`` reads it, when it is one chunk of payload
+    (None: it is parsed as usual)."""
+    from ..parsers.sglang.sglang_log import FileContext
+
+    if job.kind != "server_log" or job.start_offset or job.hold_partial:
+        return None
+    path = Path(job.abs_path)
+    out = FileOutcome()
+    mtime = path.stat().st_mtime
+    reader = PayloadReader.for_file(path, mtime, job.envelope)
+    out.envelope = reader.stack.name
+    plain = reader.unwrapper is None
+    pays: list[Payload] = []
+    physical = 0
+    for chunk in iter_chunks(path, 0, 1, records=True, end_offset=job.end_offset, notes=out.notes,
+                             record_start=reader.record_start(), column=plain, chunk_bytes=CHUNK_BYTES):
+        pays.append(reader.feed(chunk.column if plain else chunk.lines, chunk.first_line))
+        out.read_bytes = chunk.end_offset
+        physical = chunk.first_line + chunk.count - 1
+    if len(pays) != 1 or reader.carried_from() is not None or not len(pays[0].lines):
+        return None
+    ctx = FileContext(engine=job.engine, path=job.rel_path, default_year=datetime.fromtimestamp(mtime).year,
+                      reference=datetime.fromtimestamp(mtime))
+    return _Ready(job, out, pays[0], ctx, physical)
+
+
+# What the parser may make of a line from the record before it (a torch watchdog's 'what():' line, an
+# idle leak check printed without prefix): a file that starts with one is not joined to another.
+_CONTEXT_STARTS = ("what():", "leak detected!", "available_size=")
+
+
+def _strong_starts(first_lines: list[str]) -> list[bool]:
+    """Whether each file may follow another in a joint parse (``_parse_together`` checks the rest on its
+    records): its first line starts a record by itself (an SGLang prefix, or a line the kinds of lines without
+    one name: glog, vLLM, uvicorn...), not by what the record before it is."""
+    import polars as pl
+
+    from ..parsers.sglang.sglang_log import _NON_PREFIXED_TABLE
+
+    kinds = _NON_PREFIXED_TABLE.kinds(pl.Series(first_lines, dtype=pl.String))
+    return [bool(s.strip()) and not any(m in s for m in _CONTEXT_STARTS) and (bool(_DATED.match(s)) or k is not None)
+            for s, k in zip(first_lines, kinds, strict=True)]
+
+
+def _alone(r: _Ready) -> list[tuple[str, Any]]:
+    """A prepared file's batches from a parse of its own (``parse._parse_payload``, as ``_parse_log`` parses a
+    file of one chunk: the general parser, which gives the compiled scanner's rows)."""
+    from .parse import _parse_payload
+
+    return list(_batches(_parse_payload(r.pay, r.ctx), r))
+
+
+def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], set[int]]:
+    """The files' (table, rows) batches, as ``parse._parse_log`` yields them for each alone, from one call of
+    the general parser; or the files (indices) whose records show they are not independent of the file
+    before them."""
+    import numpy as np
+    import polars as pl
+
+    from ..parsers.sglang.sglang_log import FileContext, Parsed, chunk_facts, parse_chunk
+
+    bases = list(accumulate((r.physical for r in ready), initial=0))
+    counts = list(accumulate((len(r.pay.lines) for r in ready), initial=0))
+    files = np.repeat(np.arange(len(ready), dtype=np.int32), np.diff(counts)).tolist()
+    refs = [r.ctx.reference for r in ready]
+    ctx = FileContext(engine=_ENGINE, path=_PATH, default_year=ready[0].ctx.default_year, reference=refs[0])
+    if ready[0].pay.plain:
+        parsed = parse_chunk(pl.concat([r.pay.lines.rename("text") for r in ready]), 1, ctx, whole=False,
+                             files=files, references=refs)
+        firsts = [b + 1 for b in bases[:-1]]
+    else:
+        lines = [s for r in ready for s in r.pay.lines]
+        numbers = [n + b for r, b in zip(ready, bases, strict=False) for n in r.pay.line]    # type: ignore[union-attr]
+        collected = None if ready[0].pay.collected_ts is None else \
+            [t for r in ready for t in r.pay.collected_ts]      # type: ignore[union-attr]
+        parsed = parse_chunk(lines, 1, ctx, numbers, collected, whole=False, files=files, references=refs)
+        firsts = [r.pay.line[0] + b for r, b in zip(ready, bases, strict=False)]     # type: ignore[index]
+    starts = parsed.starts
+    assert starts is not None
+    of = np.searchsorted(np.asarray(bases[1:], dtype=np.int64), starts.get_column("line").to_numpy(), side="left")
+    bounds = np.searchsorted(of, np.arange(len(ready) + 1), side="left")
+    failed = {k for k in range(1, len(ready))      # (the first file's head is the joint parse's: as alone)
+              if not _independent(starts.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])), firsts[k])}
+    if failed:
+        return [], failed
+    tables = _split(parsed.tables, bases, [(r.job.engine, r.job.rel_path) for r in ready])
+    cut = np.searchsorted(np.asarray(counts[1:]), np.asarray(parsed.interleaved_rows or [], dtype=np.int64),
+                          side="right")
+    out: list[list[tuple[str, Any]]] = []
+    for k, r in enumerate(ready):
+        p = Parsed(tables=tables[k], lines=len(r.pay.lines), interleaved=int((cut == k).sum()))
+        mine = starts.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])).with_columns(pl.col("line") - bases[k])
+        chunk_facts(mine, r.ctx, p)
+        _dated_access(mine, tables[k].get("http_requests"), p)
+        un = tables[k].get("unparsed")
+        if r.pay.plain:
+            p.unparsed = un.height if un is not None else 0
+        else:
+            firsts_un = un.get_column("line").to_list() if un is not None else []
+            p.tables["unparsed"] = _unparsed_frame(r.pay.unparsed_rows(r.job.engine, r.job.rel_path, firsts_un))
+            p.lines, p.unparsed = r.pay.physical, p.tables["unparsed"].height
+        out.append(list(_batches(p, r)))
+    return out, set()
+
+
+def _independent(starts: Any, first_line: int) -> bool:
+    """Whether a file's records (``starts``) are what its own parse gives: its first line starts one (not a
+    line that continues the record of the file before)."""
+    return bool(starts.height) and starts.get_column("line")[0] == first_line
+
+
+def _batches(p: Any, r: _Ready) -> Iterator[tuple[str, Any]]:
+    """What ``parse._parse_log`` yields for a file of one chunk: its tables, then the resume point after it."""
+    import polars as pl
+
+    for _ in _counted([p], r.ctx, r.out, True):
+        for table in LOADED_TABLES:
+            rows = p.tables.get(table)
+            if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
+                yield table, rows
+        yield CHECKPOINT, FileOutcome(r.out.lines, r.out.unparsed, r.out.read_bytes)
+
+
+def _dated_access(starts: Any, access: Any, p: Any) -> None:
+    """The access lines the file printed without a time, as the parse of the file alone counts them: left to
+    their envelope's time, or dated by the record before them (every file of a batch has one)."""
+    import polars as pl
+
+    if access is None or not access.height:
+        return
+    bare = starts.filter((pl.col("kind") == "access") & pl.col("ts_dt").is_null()).get_column("line")
+    if not bare.len():
+        return
+    rows = access.filter(pl.col("line").is_in(bare.implode()))
+    if "collected_ts" in rows.columns:
+        p.dated_by_envelope = rows.get_column("collected_ts").is_not_null().sum()
+        rows = rows.filter(pl.col("collected_ts").is_null())
+    p.dated_by_previous = rows.get_column("ts").is_not_null().sum()
+
+
+# the line columns of a row (the physical lines of the file)
+_LINES = ("line", "line_end")
+# the columns the placeholders of engine and path are in (http_requests names its file 'file': its 'path' is
+# the request's)
+_OWNER = {"engine": 0, "path": 1, "file": 1}
+
+
+def _split(tables: dict[str, Any], bases: list[int], owners: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The joint parse's tables cut into each file's (``owners``: its engine and path): rows by their line (a
+    frame by its dump's id), line numbers and dump ids back to the file's own, the placeholders replaced."""
+    import numpy as np
+    import polars as pl
+
+    out: list[dict[str, Any]] = [{} for _ in owners]
+    edges = np.asarray(bases[1:], dtype=np.int64)
+    dumps: dict[str, int] = {}                  # the file of each dump (its stacks come before its frames)
+    for name, rows in tables.items():
+        if isinstance(rows, pl.DataFrame):
+            if not rows.height:
+                continue
+            of = np.searchsorted(edges, rows.get_column("line").to_numpy(), side="left")
+            for (k,), part in rows.with_columns(pl.Series("_of", of)).partition_by(
+                    "_of", as_dict=True, maintain_order=True).items():
+                k = int(k)
+                fixed = [(pl.col(c) - bases[k]).alias(c) for c in _LINES if c in part.columns]
+                fixed += [pl.when(pl.col(c) == (_ENGINE, _PATH)[w]).then(pl.lit(owners[k][w])).otherwise(pl.col(c))
+                          .alias(c) for c, w in _OWNER.items() if c in part.columns]
+                out[k][name] = part.drop("_of").with_columns(fixed)
+        elif rows:
+            for row in rows:
+                frame = name == "frames"            # (its line is the source code's: a frame goes by its dump)
+                k = dumps[row["dump_id"]] if frame else int(np.searchsorted(edges, row["line"], side="left"))
+                if name == "stacks":
+                    dumps[row["dump_id"]] = k
+                _own(row, bases[k], owners[k], lines=not frame)
+                out[k].setdefault(name, []).append(row)
+    return out
+
+
+def _own(row: dict[str, Any], base: int, owner: tuple[str, str], lines: bool = True) -> None:
+    """A row dict of the joint parse made its file's: its ``lines``, dump id, a cut thread's id, engine and
+    path."""
+    for c in _LINES if lines else ():
+        if isinstance(row.get(c), int):
+            row[c] -= base
+    did = row.get("dump_id")
+    if isinstance(did, str) and did.startswith(_ID):
+        num, sep, rest = did[len(_ID):].partition("#")
+        row["dump_id"] = f"{owner[0]}:{owner[1]}:{int(num) - base}{sep}{rest}"
+    tid = row.get("thread_id")
+    if isinstance(tid, str) and tid[:1] == "?" and tid[1:].isdigit():
+        row["thread_id"] = f"?{int(tid[1:]) - base}"
+    for c, w in _OWNER.items():
+        if row.get(c) == (_ENGINE, _PATH)[w]:
+            row[c] = owner[w]

@@ -1,0 +1,164 @@
+"""Small logs parsed several at a time (``ingest.batch_parse``) give each file exactly the rows and outcome of
+its own parse: over every corpus of real and generated evidence, and in the cases where a file could take
+something from the file before it (a record, a time, the record that dates an access line)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from conftest import DATA, EXAMPLES, SHARED
+
+from hangforensics.ingest import batch_parse, parallel
+from hangforensics.ingest.plan import Plan, plan_files
+from hangforensics.ingest.worker import parse_to_ipc
+from hangforensics.readers.layout import Workspace
+from hangforensics.store import Store
+
+
+def _rows(manifest: list[tuple[str, Any]]) -> dict[str, list]:
+    """A result's tables as row dicts (spilled ones read back), in order; its resume points as they are."""
+    out: dict[str, list] = {}
+    for table, v in manifest:
+        if table == "__checkpoint__":
+            out.setdefault(table, []).append(v)
+            continue
+        t = v if isinstance(v, pa.Table) else pa.ipc.open_file(v).read_all()
+        out.setdefault(table, []).extend(t.to_pylist())
+    return out
+
+
+def _plans(root: Path, tmp: Path) -> list[Plan]:
+    db = tmp / f"plan-{abs(hash(root))}.duckdb"
+    mode = "fleet" if root.is_dir() and all(p.is_dir() for p in root.iterdir()) else "auto"
+    with Workspace() as ws, Store(db) as store:
+        _, files = ws.resolve(root, mode)
+        return [p for p in plan_files(store, files, [], False) if p.action == "read"]
+
+
+def _compare(jobs: list, tmp: Path) -> int:
+    """Each job's result from a batch against its own parse; returns how many files shared a parse."""
+    joined: list[int] = []
+    together = batch_parse._parse_together
+
+    def counting(ready: list) -> tuple:
+        parts, failed = together(ready)
+        joined.append(0 if failed else len(ready))
+        return parts, failed
+
+    batch_parse._parse_together = counting
+    try:
+        got = batch_parse.parse_batch_to_ipc(jobs, str(tmp / "batch"))
+    finally:
+        batch_parse._parse_together = together
+    for job, (manifest, outcome) in zip(jobs, got, strict=True):
+        alone, alone_outcome = parse_to_ipc(job, str(tmp / "alone"))
+        assert _rows(manifest) == _rows(alone), job.rel_path
+        assert dataclasses.asdict(outcome) == dataclasses.asdict(alone_outcome), job.rel_path
+    return sum(joined)
+
+
+def test_every_corpus_small_log_gets_its_own_rows_from_a_shared_parse(tmp_path: Path) -> None:
+    roots = [d for d in sorted(DATA.iterdir()) if d.is_dir() and d.name != "golden"]
+    roots += [d for d in (EXAMPLES / "fleet", SHARED / "formats") if d.is_dir()]
+    assert len(roots) > 10
+    shared = files = 0
+    for root in roots:
+        plans = [p for p in _plans(root, tmp_path) if parallel.batchable(p)]
+        plans.sort(key=lambda p: p.st.st_size, reverse=True)
+        for task in parallel.batched(plans):
+            if isinstance(task, list):
+                files += len(task)
+                shared += _compare([p.job() for p in task], tmp_path)
+    # most small logs of the corpora share a parse: the comparison is of something
+    print(f"{files} small logs in batches, {shared} parsed together")
+    assert files > 100 and shared > files // 3, (files, shared)
+
+
+def _log(path: Path, lines: list[str], mtime: float | None = None) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+def _jobs(tmp: Path, files: list[Path]) -> list:
+    plans = _plans(tmp, tmp / "..")
+    by_name = {p.file.abs_path.name: p for p in plans}
+    return [by_name[f.name].job() for f in files]
+
+
+def test_a_file_takes_times_and_dates_its_access_lines_from_its_own_records(tmp_path: Path) -> None:
+    """The second file starts with an access line without a time and a torch glog line without a year, before
+    its first SGLang-dated line: its own parse leaves the first undated (no record before it) and gives the
+    second the year of its own later record; a shared parse must not take either from the first file's
+    records (a year earlier)."""
+    logs = tmp_path / "engine"
+    logs.mkdir()
+    first = _log(logs / "a.log", [
+        "[2024-12-30 23:59:58 TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.01, "
+        "gen throughput (token/s): 5.00, #queue-req: 0",
+        "[2024-12-30 23:59:59 TP0] Decode batch, #running-req: 1, #token: 11, token usage: 0.01, "
+        "gen throughput (token/s): 5.00, #queue-req: 0",
+    ])
+    second = _log(logs / "b.log", [
+        'INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK',
+        "[rank0]:[E101 00:00:05.000000000 ProcessGroupNCCL.cpp:1] [PG 0 Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+        "for 600001 milliseconds before timing out.",
+        "[2026-01-01 00:00:10 TP0] Decode batch, #running-req: 1, #token: 12, token usage: 0.01, "
+        "gen throughput (token/s): 5.00, #queue-req: 0",
+    ])
+    jobs = _jobs(logs, [first, second])
+    assert all(parallel.batchable(p) for p in _plans(logs, tmp_path))
+    assert _compare(jobs, tmp_path) == 2          # parsed together, and each as it is alone
+
+
+def test_a_file_whose_first_line_continues_the_record_before_is_parsed_alone(tmp_path: Path) -> None:
+    """A file that starts inside a traceback (a paste cut there) is no record of its own: it may lead a batch
+    (nothing before it) but not follow another file, whose last record it would continue."""
+    logs = tmp_path / "engine"
+    logs.mkdir()
+    dated = [f"[2026-01-01 00:00:0{k} TP0] Scheduler hit an exception: Traceback (most recent call last):"
+             for k in range(2)]
+    files = [
+        _log(logs / "a.log", [dated[0], '  File "x.py", line 1, in f', "ValueError: a"]),
+        _log(logs / "b.log", ['  File "y.py", line 2, in g', "ValueError: b", dated[1], '  File "z.py", line 3']),
+        _log(logs / "c.log", ['  File "w.py", line 4, in h', "KeyError: c", dated[1]]),
+    ]
+    assert _compare(_jobs(logs, files), tmp_path) >= 2      # one leads, the other follows nobody: alone
+
+
+def test_tasks_batch_only_small_whole_logs_and_start_with_the_costliest(tmp_path: Path) -> None:
+    logs = tmp_path / "fleet"
+    for k in range(5):
+        (logs / f"e{k}").mkdir(parents=True)
+        _log(logs / f"e{k}" / "server.log", ["[2026-01-01 00:00:00 TP0] Load weight begin."] * (k + 1))
+    big = logs / "e0" / "big.log"
+    big.write_text("[2026-01-01 00:00:00 TP0] Load weight begin.\n" * 20000)     # beyond BATCH_PLAIN_BYTES
+    plans = _plans(logs, tmp_path)
+    tasks = parallel.batched(sorted(plans, key=parallel._read_cost, reverse=True))
+    singles = [t for t in tasks if not isinstance(t, list)]
+    batches = [t for t in tasks if isinstance(t, list)]
+    assert [p.file.abs_path for p in singles] == [big]
+    assert len(batches) == 1 and len(batches[0]) == 5
+    ordered = sorted(tasks, key=parallel._task_cost, reverse=True)
+    assert ordered[0] is batches[0] or ordered[0] is singles[0]
+    assert parallel._task_cost(batches[0]) > 5 * parallel.FILE_COST
+
+
+@pytest.mark.parametrize("limit", ["BATCH_FILES", "BATCH_BYTES"])
+def test_a_batch_stays_within_its_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str) -> None:
+    logs = tmp_path / "fleet"
+    for k in range(7):
+        (logs / f"e{k}").mkdir(parents=True)
+        _log(logs / f"e{k}" / "server.log", ["[2026-01-01 00:00:00 TP0] Load weight begin."] * 50)
+    plans = _plans(logs, tmp_path)
+    size = plans[0].st.st_size
+    monkeypatch.setattr(parallel, limit, 3 if limit == "BATCH_FILES" else 3 * size)
+    tasks = parallel.batched(plans)
+    assert [len(t) if isinstance(t, list) else 1 for t in tasks] == [3, 3, 1]
