@@ -293,14 +293,19 @@ def timeline(window: Window, stall: dict | None, freeze: dict | None, fs: list[d
     return out
 
 
-# The timeline's thousands of small elements (bars, probe dots) as markup built here, every value escaped as
-# the template escapes it: through the template, their attribute lookups and escapes were most of a report's
-# rendering time.
+# The timeline's thousands of small elements (bars, probe dots) as markup built here, every text value escaped
+# as the template escapes it (numbers need none: their text has no markup characters): through the template,
+# their attribute lookups and escapes were most of a report's rendering time.
 def _bars_svg(bars: list[tuple[float, float, float, float, int]]) -> Markup:
-    """A rank row's bars: (x, y, width, height, lines in the bucket)."""
+    """A rank row's bars: (x, y, width, height, lines in the bucket), all numbers."""
     return Markup("".join(
-        f'<rect x="{escape(x)}" y="{escape(y)}" width="{escape(w)}" height="{escape(h)}" fill="#2e7d32">'
-        f'<title>{escape(n)} progress line(s)</title></rect>' for x, y, w, h, n in bars))
+        f'<rect x="{_number(x)}" y="{_number(y)}" width="{_number(w)}" height="{_number(h)}" fill="#2e7d32">'
+        f'<title>{_number(n)} progress line(s)</title></rect>' for x, y, w, h, n in bars))
+
+
+def _number(v: float | int) -> float | int:
+    """A number put into markup as it is (a value of another type would be escaped: never one here)."""
+    return v if isinstance(v, int | float) else escape(v)
 
 
 _RINGED = 'stroke="#b3261e" stroke-width="1.2"'       # a 200 after the stall began
@@ -309,7 +314,7 @@ _RINGED = 'stroke="#b3261e" stroke-width="1.2"'       # a 200 after the stall be
 def _probes_svg(probes: list[tuple[float, bool, bool, Any, str, Any]], cy: int) -> Markup:
     """The /health answers' dots: (x, status 200, after the onset, status, time, path)."""
     return Markup("".join(
-        f'<circle class="probe{" after-onset" if after else ""}" cx="{escape(x)}" cy="{cy}" '
+        f'<circle class="probe{" after-onset" if after else ""}" cx="{_number(x)}" cy="{cy}" '
         f'r="{3.5 if after else 2.5}" fill="{"#2e7d32" if ok else "#b3261e"}" '
         f'{_RINGED if after and ok else ""}><title>{escape(t)} {escape(path)} '
         f'{escape(status)}</title></circle>' for x, ok, after, status, t, path in probes))
