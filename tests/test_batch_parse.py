@@ -162,3 +162,22 @@ def test_a_batch_stays_within_its_limits(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(parallel, limit, 3 if limit == "BATCH_FILES" else 3 * size)
     tasks = parallel.batched(plans)
     assert [len(t) if isinstance(t, list) else 1 for t in tasks] == [3, 3, 1]
+
+
+def test_a_batch_whose_joint_parse_fails_reads_each_file_as_usual(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error in the joint parse (a bug of its own) costs no file: each is read again as it is alone."""
+    logs = tmp_path / "engine"
+    logs.mkdir()
+    files = [_log(logs / f"{k}.log", [f"[2026-01-01 00:00:0{k} TP0] Load weight begin."] * 3) for k in range(3)]
+
+    def broken(ready: list) -> tuple:
+        raise RuntimeError("a bug of the joint parse")
+
+    monkeypatch.setattr(batch_parse, "_parse_together", broken)
+    jobs = _jobs(logs, files)
+    got = batch_parse.parse_batch_to_ipc(jobs, str(tmp_path / "batch"))
+    for job, (manifest, outcome) in zip(jobs, got, strict=True):
+        alone, alone_outcome = parse_to_ipc(job, str(tmp_path / "alone"))
+        assert _rows(manifest) == _rows(alone) and outcome == alone_outcome
+        assert _rows(manifest)["events"]

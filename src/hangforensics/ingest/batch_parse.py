@@ -27,7 +27,6 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
 from ..readers.logfile import CHUNK_BYTES, iter_chunks
 from ..readers.payload import Payload, PayloadReader
 from ..store.schema import LOADED_TABLES
@@ -69,7 +68,7 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
     for job in jobs:
         try:
             ready.append(_prepared(job))
-        except (InputError, OSError):           # its own parse says what is wrong with it
+        except Exception:       # noqa: BLE001 (its own parse says what is wrong with it, as for a file alone)
             ready.append(None)
     # files that start with a record of their own follow each other; one other file may lead them
     strong = _strong_starts([r.pay.lines[0] if r is not None else "" for r in ready])
@@ -87,7 +86,12 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
     done: dict[int, list[tuple[str, Any]]] = {}
     for members in groups.values():
         while len(members) > 1:                 # (files whose records show they are not independent: alone)
-            parts, failed = _parse_together([r for k in members if (r := ready[k]) is not None])
+            try:
+                parts, failed = _parse_together([r for k in members if (r := ready[k]) is not None])
+            except Exception:   # noqa: BLE001 (each file read again alone: it fails, or not, as it would alone)
+                for k in members:
+                    ready[k] = None
+                break
             if not failed:
                 done.update(zip(members, parts, strict=True))
                 break
@@ -97,7 +101,11 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
         if r is None:
             out.append(parse_to_ipc(job, f"{prefix}-{k}"))
             continue
-        batches = done[k] if k in done else _alone(r)
+        try:
+            batches = done[k] if k in done else _alone(r)
+        except Exception:       # noqa: BLE001 (read again as usual: it fails, or not, as it would alone)
+            out.append(parse_to_ipc(job, f"{prefix}-{k}"))
+            continue
         out.append((to_manifest(batches, f"{prefix}-{k}"), r.out))
     return out
 
