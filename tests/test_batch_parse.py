@@ -43,18 +43,22 @@ def _plans(root: Path, tmp: Path) -> list[Plan]:
 def _compare(jobs: list, tmp: Path) -> int:
     """Each job's result from a batch against its own parse; returns how many files shared a parse."""
     joined: list[int] = []
-    together = batch_parse._parse_together
+    ways = {name: getattr(batch_parse, name) for name in ("_parse_together", "_scan_together")}
 
-    def counting(ready: list) -> tuple:
-        parts, failed = together(ready)
-        joined.append(0 if failed else len(ready))
-        return parts, failed
+    def counting(together: Any) -> Any:
+        def counted(ready: list) -> tuple:
+            parts, failed = together(ready)
+            joined.append(0 if failed else len(ready))
+            return parts, failed
+        return counted
 
-    batch_parse._parse_together = counting
+    for name, together in ways.items():
+        setattr(batch_parse, name, counting(together))
     try:
         got = batch_parse.parse_batch_to_ipc(jobs, str(tmp / "batch"))
     finally:
-        batch_parse._parse_together = together
+        for name, together in ways.items():
+            setattr(batch_parse, name, together)
     for job, (manifest, outcome) in zip(jobs, got, strict=True):
         alone, alone_outcome = parse_to_ipc(job, str(tmp / "alone"))
         assert _rows(manifest) == _rows(alone), job.rel_path
@@ -62,7 +66,13 @@ def _compare(jobs: list, tmp: Path) -> int:
     return sum(joined)
 
 
-def test_every_corpus_small_log_gets_its_own_rows_from_a_shared_parse(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
+def test_every_corpus_small_log_gets_its_own_rows_from_a_shared_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      scanner: bool) -> None:
+    """Plain logs are read together by the compiled scanner and the general parser (``_scan_together``), or,
+    where the scanner cannot run, by the general parser alone (``_parse_together``)."""
+    if not scanner:
+        monkeypatch.setattr(batch_parse, "_scanner", lambda: None)
     roots = [d for d in sorted(DATA.iterdir()) if d.is_dir() and d.name != "golden"]
     roots += [d for d in (EXAMPLES / "fleet", SHARED / "formats") if d.is_dir()]
     assert len(roots) > 10
@@ -139,7 +149,7 @@ def test_tasks_batch_only_small_whole_logs_and_start_with_the_costliest(tmp_path
         (logs / f"e{k}").mkdir(parents=True)
         _log(logs / f"e{k}" / "server.log", ["[2026-01-01 00:00:00 TP0] Load weight begin."] * (k + 1))
     big = logs / "e0" / "big.log"
-    big.write_text("[2026-01-01 00:00:00 TP0] Load weight begin.\n" * 20000)     # beyond BATCH_PLAIN_BYTES
+    big.write_text("[2026-01-01 00:00:00 TP0] Load weight begin.\n" * 30000)     # beyond BATCH_FILE_BYTES
     plans = _plans(logs, tmp_path)
     tasks = parallel.batched(sorted(plans, key=parallel._read_cost, reverse=True))
     singles = [t for t in tasks if not isinstance(t, list)]
@@ -175,6 +185,7 @@ def test_a_batch_whose_joint_parse_fails_reads_each_file_as_usual(tmp_path: Path
         raise RuntimeError("a bug of the joint parse")
 
     monkeypatch.setattr(batch_parse, "_parse_together", broken)
+    monkeypatch.setattr(batch_parse, "_scan_together", broken)
     jobs = _jobs(logs, files)
     got = batch_parse.parse_batch_to_ipc(jobs, str(tmp_path / "batch"))
     for job, (manifest, outcome) in zip(jobs, got, strict=True):

@@ -37,9 +37,6 @@ from .worker import parse_to_ipc, to_manifest
 # A whole log this small may share a parse (``batchable``); a batch holds at most BATCH_BYTES of them (the
 # general parser's memory grows with its chunk: a batch is one chunk at most) and BATCH_FILES.
 BATCH_FILE_BYTES = 1024 * 1024
-# A plain log is read by the compiled scanner alone (12 ms of fixed cost, 12 ms per MB, measured), by the general
-# parser in a batch (some 60 ms per MB): only a small one gains by sharing a parse.
-BATCH_PLAIN_BYTES = 128 * 1024
 BATCH_BYTES = CHUNK_BYTES
 BATCH_FILES = 32
 
@@ -58,6 +55,7 @@ class _Ready:
     pay: Payload
     ctx: Any                        # its FileContext
     physical: int                   # its physical lines: file k's line n is line bases[k] + n of the batch
+    raw: bytes | None = None        # a plain log's bytes, valid UTF-8 (for the compiled scanner)
 
 
 def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tuple[str, Any]], FileOutcome]]:
@@ -72,11 +70,12 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
             ready.append(None)
     # files that start with a record of their own follow each other; one other file may lead them
     strong = _strong_starts([r.pay.lines[0] if r is not None else "" for r in ready])
-    groups: dict[tuple[bool, bool], list[int]] = {}
-    heads: dict[tuple[bool, bool], int] = {}
+    scanning = _scanner() is not None
+    groups: dict[tuple[bool, bool, bool], list[int]] = {}
+    heads: dict[tuple[bool, bool, bool], int] = {}
     for k, r in enumerate(ready):
         if r is not None:
-            key = (r.pay.plain, r.pay.collected_ts is None)
+            key = (r.pay.plain, r.pay.collected_ts is None, scanning and r.raw is not None)
             if strong[k]:
                 groups.setdefault(key, []).append(k)
             else:
@@ -84,10 +83,11 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
     for key, k in heads.items():
         groups[key] = [k, *groups.get(key, [])]
     done: dict[int, list[tuple[str, Any]]] = {}
-    for members in groups.values():
+    for (_, _, scanned), members in groups.items():
+        together = _scan_together if scanned else _parse_together
         while len(members) > 1:                 # (files whose records show they are not independent: alone)
             try:
-                parts, failed = _parse_together([r for k in members if (r := ready[k]) is not None])
+                parts, failed = together([r for k in members if (r := ready[k]) is not None])
             except Exception:   # noqa: BLE001 (each file read again alone: it fails, or not, as it would alone)
                 for k in members:
                     ready[k] = None
@@ -125,16 +125,27 @@ def _prepared(job: FileJob) -> _Ready | None:
     plain = reader.unwrapper is None
     pays: list[Payload] = []
     physical = 0
+    raw: bytes | None = None
+    # (a plain log's bytes as the scanner reads them, the lines as one column: ``_parse_log`` reads it so)
     for chunk in iter_chunks(path, 0, 1, records=True, end_offset=job.end_offset, notes=out.notes,
-                             record_start=reader.record_start(), column=plain, chunk_bytes=CHUNK_BYTES):
-        pays.append(reader.feed(chunk.column if plain else chunk.lines, chunk.first_line))
+                             record_start=reader.record_start(), column="raw" if plain else False,
+                             chunk_bytes=CHUNK_BYTES):
+        raw = chunk.raw
+        lines = (_lines(raw) if raw is not None else chunk.column) if plain else chunk.lines
+        pays.append(reader.feed(lines, chunk.first_line))
         out.read_bytes = chunk.end_offset
         physical = chunk.first_line + chunk.count - 1
     if len(pays) != 1 or reader.carried_from() is not None or not len(pays[0].lines):
         return None
     ctx = FileContext(engine=job.engine, path=job.rel_path, default_year=datetime.fromtimestamp(mtime).year,
                       reference=datetime.fromtimestamp(mtime))
-    return _Ready(job, out, pays[0], ctx, physical)
+    return _Ready(job, out, pays[0], ctx, physical, raw)
+
+
+def _lines(raw: bytes) -> Any:
+    from ..parsers.sglang.sglang_fast import _lines
+
+    return _lines(raw)
 
 
 # What the parser may make of a line from the record before it (a torch watchdog's 'what():' line, an
@@ -212,6 +223,75 @@ def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], s
             firsts_un = un.get_column("line").to_list() if un is not None else []
             p.tables["unparsed"] = _unparsed_frame(r.pay.unparsed_rows(r.job.engine, r.job.rel_path, firsts_un))
             p.lines, p.unparsed = r.pay.physical, p.tables["unparsed"].height
+        out.append(list(_batches(p, r)))
+    return out, set()
+
+
+def _scanner() -> Any:
+    from ..parsers.sglang.sglang_fast import scanner
+
+    return scanner()
+
+
+def _scan_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], set[int]]:
+    """``_parse_together`` for plain logs, as ``sglang_fast.ScanGroup`` reads each alone: the compiled scanner
+    types the bulk lines (batch and access lines, each file's own slices, so rows and the release's budget of
+    messages are the file's), the general parser reads the other lines of all the files in one call."""
+    import numpy as np
+    import polars as pl
+
+    from ..parsers.sglang import sglang_fast as fast
+    from ..parsers.sglang.sglang_log import FileContext, Parsed, parse_chunk
+
+    sc = fast.scanner()
+    raw = b"".join(r.raw for r in ready if r.raw is not None)
+    buf = np.frombuffer(raw, np.uint8)
+    text = fast._Text(sc, buf)
+    starts, ends, brackets = sc.bounds(buf)
+    counts = list(accumulate((len(r.pay.lines) for r in ready), initial=0))
+    if len(starts) != counts[-1]:
+        raise ValueError("the scanner's lines are not the reader's")
+    # each line's number in its file (the slices' rows), and in the batch (the general parser's): counts[k] + n
+    local = np.arange(counts[-1], dtype=np.int64) + 1 - np.repeat(np.asarray(counts[:-1]), np.diff(counts))
+    ascii_all = raw.isascii()
+    slices: list[list[Any]] = []
+    for k, r in enumerate(ready):
+        head, mine = fast._release_records(r.ctx), []
+        for a in range(counts[k], counts[k + 1], fast.SLICE_LINES):
+            mine.append(fast._Slice(sc, text, starts, ends, a, min(a + fast.SLICE_LINES, counts[k + 1]), brackets,
+                                    ascii_all, local, r.ctx, head))
+            head -= mine[-1].messages
+        slices.append(mine)
+    keep = np.concatenate([s.keep for mine in slices for s in mine])
+    kept = pl.from_arrow(text.arrow(starts[keep], ends[keep]))
+    files = (np.searchsorted(np.asarray(counts[1:]), keep, side="right")).tolist()
+    refs = [r.ctx.reference for r in ready]
+    ctx = FileContext(engine=_ENGINE, path=_PATH, default_year=ready[0].ctx.default_year, reference=refs[0])
+    parsed = parse_chunk(kept, 1, ctx, line_numbers=(keep + 1).tolist(), whole=False, files=files, references=refs)
+    rest = parsed.starts
+    assert rest is not None
+    of = np.searchsorted(np.asarray(counts[1:], dtype=np.int64), rest.get_column("line").to_numpy(), side="left")
+    bounds = np.searchsorted(of, np.arange(len(ready) + 1), side="left")
+    failed = {k for k in range(1, len(ready))
+              if not _independent(rest.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])), counts[k] + 1)}
+    if failed:
+        return [], failed
+    tables = _split(parsed.tables, counts, [(r.job.engine, r.job.rel_path) for r in ready])
+    cut = np.asarray(files, dtype=np.int64)[np.asarray(parsed.interleaved_rows or [], dtype=np.int64)]
+    out: list[list[tuple[str, Any]]] = []
+    for k, r in enumerate(ready):
+        p = Parsed(tables=tables[k], lines=len(r.pay.lines), interleaved=int((cut == k).sum()))
+        mine = rest.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])).with_columns(pl.col("line") - counts[k])
+        _dated_access(mine, tables[k].get("http_requests"), p)
+        un = tables[k].get("unparsed")
+        p.unparsed = un.height if un is not None else 0
+        # the bulk rows with the general parser's of the same table, as ``ScanGroup.flush`` puts them
+        seen = pl.Series(np.concatenate([s.seen for s in slices[k]]))
+        for table in ("batches", "http_requests"):
+            rows = [s.tables[table] for s in slices[k] if s.tables.get(table) is not None]
+            if rows:
+                p.tables[table] = fast._in_line_order(p.tables.get(table), seen, fast._concat(rows))
+        fast._chunk_facts(mine, r.ctx, p, slices[k], [1])
         out.append(list(_batches(p, r)))
     return out, set()
 

@@ -21,7 +21,7 @@ from ..readers.payload import STATEFUL_PASTE, PayloadReader
 from ..store import Store
 from ..terminal_progress import ProgressBar
 from . import fork_server
-from .batch_parse import BATCH_BYTES, BATCH_FILE_BYTES, BATCH_FILES, BATCH_PLAIN_BYTES, parse_batch_to_ipc
+from .batch_parse import BATCH_BYTES, BATCH_FILE_BYTES, BATCH_FILES, parse_batch_to_ipc
 from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, with_result
 from .load import LoadGroup, load_file
 from .plan import Plan
@@ -189,7 +189,7 @@ def batchable(p: Plan) -> bool:
     (``batch_parse``)."""
     job = p.job()
     return p.kind == "server_log" and not p.compressed and not job.start_offset and not job.hold_partial \
-        and p.st.st_size <= (BATCH_PLAIN_BYTES if scanned(p) else BATCH_FILE_BYTES)
+        and p.st.st_size <= BATCH_FILE_BYTES
 
 
 def batched(plans: list[Plan]) -> list[Plan | list[Plan]]:

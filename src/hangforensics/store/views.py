@@ -60,7 +60,11 @@ VIEWS = {
         SELECT engine, 'torch_nccl' AS source, rank, max(pg_rank) AS pg_rank, pgf AS pg, max(pg_desc) AS pg_desc,
                NULL::INTEGER[] AS pg_ranks, seq, 'collective' AS seq_kind, max(op) AS op,
                'timed_out' AS state, min(ts) AS ts, count(*) AS records, max(timeout_ms) AS timeout_ms,
-               max(ran_ms) AS ran_ms, arg_min(path, ts) AS path, arg_min(line, ts) AS line, NULL::JSON AS attrs
+               max(ran_ms) AS ran_ms,
+               -- the first report (of those at its time: the first by file and line, whatever order the files
+               -- were loaded in); none when no report is dated, as arg_min skips a NULL key
+               arg_min(path, CASE WHEN ts IS NOT NULL THEN (ts, path, line) END) AS path,
+               arg_min(line, CASE WHEN ts IS NOT NULL THEN (ts, path, line) END) AS line, NULL::JSON AS attrs
         FROM t GROUP BY engine, rank, COALESCE(rank, -1 - pg_rank), pgf, seq
         UNION ALL
         SELECT c.engine, source, rank, NULL::INTEGER AS pg_rank, pg, any_value(pg_desc) AS pg_desc,
@@ -70,7 +74,8 @@ VIEWS = {
                min(c.ts + to_microseconds(CAST(COALESCE(o.offset_s, 0) * 1e6 AS BIGINT))) AS ts,
                sum(COALESCE(TRY_CAST(json_extract_string(attrs, '$.records') AS BIGINT), 1)) AS records,
                max(TRY_CAST(json_extract_string(attrs, '$.timeout_ms') AS BIGINT)) AS timeout_ms,
-               NULL::BIGINT AS ran_ms, arg_min(c.path, line) AS path, min(line) AS line,
+               NULL::BIGINT AS ran_ms, arg_min(c.path, CASE WHEN line IS NOT NULL THEN (line, c.path) END) AS path,
+               min(line) AS line,
                arg_min(attrs, line) AS attrs
         FROM collective_records c LEFT JOIN o ON o.engine = c.engine AND o.path = c.path
         GROUP BY c.engine, source, rank, pg, seq, json_extract_string(attrs, '$.seq_kind'), op

@@ -135,15 +135,16 @@ def dumped_threads(store: Store, engine: str, where: str = "TRUE") -> dict[str, 
 
 def dumped_threads_of(store: Store, engines: list[str], where: str = "TRUE") -> dict[str, dict[str, list[dict]]]:
     """:func:`dumped_threads` of every engine of ``engines`` in one query: engine -> dump_id -> threads.
-    Threads come in the order their frames were loaded (the order one DuckDB thread gives a group-by), so
-    ties between dumps and threads resolve the same whichever engines are read together."""
+    Threads come by file, then in the order their frames were loaded (a file's order), so ties between dumps
+    and threads resolve the same whichever engines are read together and in whatever order the files were
+    loaded (parser workers finish them in any order)."""
     rows = store.query(
         f"""SELECT s.engine, s.dump_id, s.thread_id, s.rank, s.ts, s.thread_state, s.thread_name, s.pid,
                    s.process_title, s.path, s.line, s.format,
                    list({{'function': f.function, 'file': f.file, 'line': f.line, 'native': f.native}}
                         ORDER BY f.depth) AS frames
             FROM stacks s JOIN frames f ON f.dump_id = s.dump_id AND f.thread_id = s.thread_id
-            WHERE list_contains(?, s.engine) AND ({where}) GROUP BY ALL ORDER BY min(f.rowid)""", [engines])
+            WHERE list_contains(?, s.engine) AND ({where}) GROUP BY ALL ORDER BY s.path, min(f.rowid)""", [engines])
     out: dict[str, dict[str, list[dict]]] = {}
     for r in rows:
         out.setdefault(r.pop("engine"), {}).setdefault(r["dump_id"], []).append(r)
