@@ -1,20 +1,26 @@
-"""Small whole server logs parsed several at a time: one call of the general parser for a batch of them.
+"""Small whole server logs read several at a time: the files of a batch parsed by one call of the parsers.
 
 A call of the general parser costs some 45 polars queries whatever its lines: measured on a fleet's logs of
 15-300 KB, 12 ms of fixed cost per file against 12-30 ms per MB, so a fleet of small engines spent most of
 its parse time there.  A batch concatenates the payload lines of files that cannot change what each other
-says, parses them once (each file's lines numbered after the files before it), and splits the rows back
-by those line ranges.  Two files are independent when:
+says (each file's lines numbered after the files before it), reads them once, and splits the rows back by
+those line ranges.  Plain logs are read as ``sglang_fast.ScanGroup`` reads each alone: the compiled scanner
+types their bulk lines in slices of each file, the general parser reads the lines it leaves of all the files
+in one call (``_scan_together``); logs behind an envelope, or where the scanner cannot run, go to the general
+parser whole (``_parse_together``).  Two files are independent when:
 
-- no record spans both: each file's first payload line starts a record of its own;
-- no time is carried from one to the other: glog's year, an undated record's time, a bare access line's
-  time and a dump's time come from the nearest dated record of the file, and each file's first and last
-  records are dated (checked before the parse on the lines, after it on the records);
+- no record spans both: the second's first payload line starts a record by itself (an SGLang prefix, or a
+  line the kinds of prefix-less lines name; checked before on the line, after on the records), not by what
+  the record before it is; one file that does not may lead a batch;
+- no time is carried from one to the other: the parser fills times (glog's year, an undated record's, a
+  dump's) from the nearest dated record of the same file, else from that file's modification time, and dates
+  an access line without a time by a record of its own file (``parse_chunk(files=, references=)``);
 
 and what the parser says of a chunk as a whole (its release, the clock's steps back, the lines cut into by
-another record, the access lines it dated) is worked out file by file.  A file that fails either check is
-parsed alone, and so is the rest of a batch whose records fail the check after the parse.  The rows are
-those each file's own parse gives (``tests/test_batch_parse.py`` compares them over every corpus).
+another record, the access lines it dated) is worked out file by file.  A file whose records show otherwise is
+read alone, and the rest of its batch again; an error of the joint read leaves every file to be read as
+usual.  The rows are those each file's own parse gives (``tests/test_batch_parse.py`` compares them over
+every corpus, through the scanner and without it).
 """
 
 from __future__ import annotations
