@@ -26,7 +26,7 @@ every corpus, through the scanner and without it).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import accumulate
@@ -49,7 +49,6 @@ BATCH_FILES = 32
 # the engine and path the joint parse writes on its rows, each file's own put in their place after
 _ENGINE, _PATH = "\x00engine", "\x00path"
 _ID = f"{_ENGINE}:{_PATH}:"                 # the start of a dump id the joint parse builds (engine:path:line)
-_DATED = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
 
 @dataclass
@@ -119,6 +118,7 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
 def _prepared(job: FileJob) -> _Ready | None:
     """``job``'s file read and unwrapped as ``parse._parse_log`` reads it, when it is one chunk of payload
     (None: it is parsed as usual)."""
+    from ..parsers.sglang.sglang_fast import _lines
     from ..parsers.sglang.sglang_log import FileContext
 
     if job.kind != "server_log" or job.start_offset or job.hold_partial:
@@ -148,27 +148,20 @@ def _prepared(job: FileJob) -> _Ready | None:
     return _Ready(job, out, pays[0], ctx, physical, raw)
 
 
-def _lines(raw: bytes) -> Any:
-    from ..parsers.sglang.sglang_fast import _lines
-
-    return _lines(raw)
-
-
-# What the parser may make of a line from the record before it (a torch watchdog's 'what():' line, an
-# idle leak check printed without prefix): a file that starts with one is not joined to another.
-_CONTEXT_STARTS = ("what():", "leak detected!", "available_size=")
-
-
 def _strong_starts(first_lines: list[str]) -> list[bool]:
     """Whether each file may follow another in a joint parse (``_parse_together`` checks the rest on its
     records): its first line starts a record by itself (an SGLang prefix, or a line the kinds of lines without
     one name: glog, vLLM, uvicorn...), not by what the record before it is."""
     import polars as pl
 
-    from ..parsers.sglang.sglang_log import _NON_PREFIXED_TABLE
+    from ..parsers.sglang.sglang_log import _NON_PREFIXED_TABLE, LEAK_MARKS, WHAT_MARK
+    from ..parsers.sglang.sglang_patterns import PREFIX_HEAD
 
+    # (a line the parser may make a record start, or not, by the record before it: never joined)
+    context = (*LEAK_MARKS, WHAT_MARK)
+    prefix = re.compile(PREFIX_HEAD)
     kinds = _NON_PREFIXED_TABLE.kinds(pl.Series(first_lines, dtype=pl.String))
-    return [bool(s.strip()) and not any(m in s for m in _CONTEXT_STARTS) and (bool(_DATED.match(s)) or k is not None)
+    return [bool(s.strip()) and not any(m in s for m in context) and (bool(prefix.match(s)) or k is not None)
             for s, k in zip(first_lines, kinds, strict=True)]
 
 
@@ -187,7 +180,7 @@ def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], s
     import numpy as np
     import polars as pl
 
-    from ..parsers.sglang.sglang_log import FileContext, Parsed, chunk_facts, parse_chunk
+    from ..parsers.sglang.sglang_log import FileContext, chunk_facts, parse_chunk
 
     bases = list(accumulate((r.physical for r in ready), initial=0))
     counts = list(accumulate((len(r.pay.lines) for r in ready), initial=0))
@@ -205,32 +198,18 @@ def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], s
             [t for r in ready for t in r.pay.collected_ts]      # type: ignore[union-attr]
         parsed = parse_chunk(lines, 1, ctx, numbers, collected, whole=False, files=files, references=refs)
         firsts = [r.pay.line[0] + b for r, b in zip(ready, bases, strict=False)]     # type: ignore[index]
-    starts = parsed.starts
-    assert starts is not None
-    of = np.searchsorted(np.asarray(bases[1:], dtype=np.int64), starts.get_column("line").to_numpy(), side="left")
-    bounds = np.searchsorted(of, np.arange(len(ready) + 1), side="left")
-    failed = {k for k in range(1, len(ready))      # (the first file's head is the joint parse's: as alone)
-              if not _independent(starts.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])), firsts[k])}
-    if failed:
-        return [], failed
-    tables = _split(parsed.tables, bases, [(r.job.engine, r.job.rel_path) for r in ready])
     cut = np.searchsorted(np.asarray(counts[1:]), np.asarray(parsed.interleaved_rows or [], dtype=np.int64),
                           side="right")
-    out: list[list[tuple[str, Any]]] = []
-    for k, r in enumerate(ready):
-        p = Parsed(tables=tables[k], lines=len(r.pay.lines), interleaved=int((cut == k).sum()))
-        mine = starts.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])).with_columns(pl.col("line") - bases[k])
+
+    def facts(k: int, r: _Ready, p: Any, mine: Any) -> None:
         chunk_facts(mine, r.ctx, p)
-        _dated_access(mine, tables[k].get("http_requests"), p)
-        un = tables[k].get("unparsed")
-        if r.pay.plain:
-            p.unparsed = un.height if un is not None else 0
-        else:
+        if not r.pay.plain:                 # lines and unparsed rows of the file's envelope, as _parse_payload
+            un = p.tables.get("unparsed")
             firsts_un = un.get_column("line").to_list() if un is not None else []
             p.tables["unparsed"] = _unparsed_frame(r.pay.unparsed_rows(r.job.engine, r.job.rel_path, firsts_un))
             p.lines, p.unparsed = r.pay.physical, p.tables["unparsed"].height
-        out.append(list(_batches(p, r)))
-    return out, set()
+
+    return _per_file(ready, parsed, bases, firsts, cut, facts)
 
 
 def _scanner() -> Any:
@@ -247,7 +226,7 @@ def _scan_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], se
     import polars as pl
 
     from ..parsers.sglang import sglang_fast as fast
-    from ..parsers.sglang.sglang_log import FileContext, Parsed, parse_chunk
+    from ..parsers.sglang.sglang_log import FileContext, parse_chunk
 
     sc = fast.scanner()
     raw = b"".join(r.raw for r in ready if r.raw is not None)
@@ -274,23 +253,9 @@ def _scan_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], se
     refs = [r.ctx.reference for r in ready]
     ctx = FileContext(engine=_ENGINE, path=_PATH, default_year=ready[0].ctx.default_year, reference=refs[0])
     parsed = parse_chunk(kept, 1, ctx, line_numbers=(keep + 1).tolist(), whole=False, files=files, references=refs)
-    rest = parsed.starts
-    assert rest is not None
-    of = np.searchsorted(np.asarray(counts[1:], dtype=np.int64), rest.get_column("line").to_numpy(), side="left")
-    bounds = np.searchsorted(of, np.arange(len(ready) + 1), side="left")
-    failed = {k for k in range(1, len(ready))
-              if not _independent(rest.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])), counts[k] + 1)}
-    if failed:
-        return [], failed
-    tables = _split(parsed.tables, counts, [(r.job.engine, r.job.rel_path) for r in ready])
     cut = np.asarray(files, dtype=np.int64)[np.asarray(parsed.interleaved_rows or [], dtype=np.int64)]
-    out: list[list[tuple[str, Any]]] = []
-    for k, r in enumerate(ready):
-        p = Parsed(tables=tables[k], lines=len(r.pay.lines), interleaved=int((cut == k).sum()))
-        mine = rest.slice(int(bounds[k]), int(bounds[k + 1] - bounds[k])).with_columns(pl.col("line") - counts[k])
-        _dated_access(mine, tables[k].get("http_requests"), p)
-        un = tables[k].get("unparsed")
-        p.unparsed = un.height if un is not None else 0
+
+    def facts(k: int, r: _Ready, p: Any, mine: Any) -> None:
         # the bulk rows with the general parser's of the same table, as ``ScanGroup.flush`` puts them
         seen = pl.Series(np.concatenate([s.seen for s in slices[k]]))
         for table in ("batches", "http_requests"):
@@ -298,6 +263,39 @@ def _scan_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], se
             if rows:
                 p.tables[table] = fast._in_line_order(p.tables.get(table), seen, fast._concat(rows))
         fast._chunk_facts(mine, r.ctx, p, slices[k], [1])
+
+    return _per_file(ready, parsed, counts, [b + 1 for b in counts[:-1]], cut, facts)
+
+
+def _per_file(ready: list[_Ready], parsed: Any, bases: list[int], firsts: list[int], cut: Any,
+              facts: Callable[[int, _Ready, Any, Any], None]) -> tuple[list[list[tuple[str, Any]]], set[int]]:
+    """The joint parse's result cut back into each file's batches (``bases``: where each file's lines start in
+    the batch's numbering; ``firsts``: each file's first line there; ``cut``: the file of each line cut into
+    by another record); ``facts`` adds what the way of reading says of the file as a whole.  Or the files
+    (indices) whose records show that they are not independent of the file before them."""
+    import numpy as np
+    import polars as pl
+
+    from ..parsers.sglang.sglang_log import Parsed
+
+    starts = parsed.starts
+    assert starts is not None
+    of = np.searchsorted(np.asarray(bases[1:], dtype=np.int64), starts.get_column("line").to_numpy(), side="left")
+    bounds = np.searchsorted(of, np.arange(len(ready) + 1), side="left")
+    mine = [starts.slice(int(a), int(b - a)) for a, b in zip(bounds, bounds[1:], strict=False)]
+    # (the first file's head is the joint parse's: as alone)
+    failed = {k for k in range(1, len(ready)) if not _independent(mine[k], firsts[k])}
+    if failed:
+        return [], failed
+    tables = _split(parsed.tables, bases, [(r.job.engine, r.job.rel_path) for r in ready])
+    out: list[list[tuple[str, Any]]] = []
+    for k, r in enumerate(ready):
+        p = Parsed(tables=tables[k], lines=len(r.pay.lines), interleaved=int((cut == k).sum()))
+        own = mine[k].with_columns(pl.col("line") - bases[k])
+        _dated_access(own, tables[k].get("http_requests"), p)
+        un = tables[k].get("unparsed")
+        p.unparsed = un.height if un is not None else 0
+        facts(k, r, p, own)
         out.append(list(_batches(p, r)))
     return out, set()
 
@@ -322,7 +320,7 @@ def _batches(p: Any, r: _Ready) -> Iterator[tuple[str, Any]]:
 
 def _dated_access(starts: Any, access: Any, p: Any) -> None:
     """The access lines the file printed without a time, as the parse of the file alone counts them: left to
-    their envelope's time, or dated by the record before them (every file of a batch has one)."""
+    their envelope's time, or dated by a record before them in the file (those without one stay undated)."""
     import polars as pl
 
     if access is None or not access.height:

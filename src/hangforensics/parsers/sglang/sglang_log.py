@@ -206,9 +206,12 @@ _FAST_KIND = pl.when(pl.col("ts").is_null()).then(pl.lit(None, dtype=pl.String))
 # the lines the kind tables type: a prefixed message the cheap tests left open ('?'), a line without prefix
 _BARE = (pl.col("ts").is_null() & (_BODY.str.len_bytes() > 0)).alias("_bare")
 # lines the rare passes may take (_bare_leak_starts, _what_starts): a cheap test of all lines at once
-_RARE = [(_BODY.str.contains("leak detected!", literal=True)
-          | _BODY.str.contains("available_size=", literal=True)).alias("_leak"),
-         _BODY.str.contains("what():", literal=True).alias("_what")]
+# What marks such a line: a prefix-less leak check, a torch watchdog's exception text.  A line that holds one
+# may start a record or continue one by what the record before it is (``ingest.batch_parse`` reads them so).
+LEAK_MARKS, WHAT_MARK = ("leak detected!", "available_size="), "what():"
+_RARE = [(_BODY.str.contains(LEAK_MARKS[0], literal=True)
+          | _BODY.str.contains(LEAK_MARKS[1], literal=True)).alias("_leak"),
+         _BODY.str.contains(WHAT_MARK, literal=True).alias("_what")]
 _BLANK = [(_BODY.str.strip_chars() == "").alias("blank")]
 
 
