@@ -192,3 +192,25 @@ def test_a_batch_whose_joint_parse_fails_reads_each_file_as_usual(tmp_path: Path
         alone, alone_outcome = parse_to_ipc(job, str(tmp_path / "alone"))
         assert _rows(manifest) == _rows(alone) and outcome == alone_outcome
         assert _rows(manifest)["events"]
+
+
+def test_the_first_report_of_a_collective_does_not_depend_on_which_file_loaded_first(tmp_path: Path) -> None:
+    """Two files of one engine report the same timeout at the same time (a log and a paste of it): the
+    ``collectives`` view names the first by file and line, whichever file was loaded first (parser workers
+    finish files in any order, and batches change it)."""
+    from conftest import LogWriter
+
+    from hangforensics.ingest.pipeline import ingest_files
+    from hangforensics.readers.layout import Workspace
+
+    engine = tmp_path / "e1"
+    LogWriter().startup().traffic(10, 60).nccl_timeout(300, 0).write(engine, "server.log")
+    LogWriter().line(5, "pasted from the on-call channel").nccl_timeout(300, 0).write(engine, "a-paste.log")
+    picked = []
+    for order in (1, -1):
+        with Workspace() as ws, Store(":memory:") as store:
+            root, files = ws.resolve(engine, "engine")
+            assert len(files) == 2
+            ingest_files(store, root, files[::order])
+            picked.append(store.query("SELECT path, line, records FROM collectives WHERE seq = 1558546"))
+    assert picked[0] == picked[1] and picked[0][0]["path"].endswith("a-paste.log"), picked

@@ -175,7 +175,7 @@ FILE_COST = 256 * 1024
 def _task_cost(task: Plan | list[Plan]) -> int:
     """What a task costs, roughly: the costliest go first, so that the last to finish are small (a batch of
     many small logs is not left to one worker at the end)."""
-    return sum(_read_cost(p) + FILE_COST for p in task) if isinstance(task, list) else _read_cost(task) + FILE_COST
+    return sum(_read_cost(p) + FILE_COST for p in (task if isinstance(task, list) else [task]))
 
 
 # Whole files in the workers' hands at once, per worker: their results (small row batches come back inline)
@@ -197,14 +197,16 @@ def batched(plans: list[Plan]) -> list[Plan | list[Plan]]:
     together (up to BATCH_BYTES and BATCH_FILES a task)."""
     tasks: list[Plan | list[Plan]] = []
     batch: list[Plan] = []
+    size = 0
     for p in plans:
         if not batchable(p):
             tasks.append(p)
             continue
-        if batch and (sum(b.st.st_size for b in batch) + p.st.st_size > BATCH_BYTES or len(batch) >= BATCH_FILES):
+        if batch and (size + p.st.st_size > BATCH_BYTES or len(batch) >= BATCH_FILES):
             tasks.append(batch if len(batch) > 1 else batch[0])
-            batch = []
+            batch, size = [], 0
         batch.append(p)
+        size += p.st.st_size
     if batch:
         tasks.append(batch if len(batch) > 1 else batch[0])
     return tasks
