@@ -128,6 +128,34 @@ def test_a_file_takes_times_and_dates_its_access_lines_from_its_own_records(tmp_
     assert _compare(jobs, tmp_path) == 2          # parsed together, and each as it is alone
 
 
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
+def test_each_file_of_a_shared_parse_keeps_its_own_release_and_clock_steps(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        scanner: bool) -> None:
+    """What the records say of a file as a whole is worked out for all the files of a batch at once: each
+    file's release (its own traits, its PP-before-TP ranks) and its clock's steps back, none taken from the
+    file before or after it."""
+    if not scanner:
+        monkeypatch.setattr(batch_parse, "_scanner", lambda: None)
+    logs = tmp_path / "engine"
+    logs.mkdir()
+
+    def decode(t: str, sep: str = ",", extra: str = "", ranks: str = "TP0") -> str:
+        return (f"[2026-01-01 00:00:{t} {ranks}] Decode batch{sep} #running-req: 1, #token: 10, token usage: 0.01, "
+                f"{extra}gen throughput (token/s): 5.00, #queue-req: 0")
+
+    newest = _log(logs / "a.log", [decode(f"0{k}", extra="#pending-token: 0, ") for k in range(4)])
+    stepped = _log(logs / "b.log", [decode("10", "."), decode("11", "."), decode("05", "."), decode("06", ".")])
+    pp_first = _log(logs / "c.log", [decode(f"2{k}", ranks="PP0 TP1") for k in range(4)])
+    jobs = _jobs(logs, [newest, stepped, pp_first])
+    assert _compare(jobs, tmp_path) == 3          # parsed together, each outcome as alone
+    got = batch_parse.parse_batch_to_ipc(jobs, str(tmp_path / "batch"))
+    outcomes = [o for _, o in got]
+    assert [o.release for o in outcomes] == ["0.5.23", "0.4.6", "0.5.10"]
+    assert [o.notes.backwards for o in outcomes] == [0, 1, 0]
+    assert outcomes[1].notes.largest_back == (6.0, 3)
+
+
 def test_a_file_whose_first_line_continues_the_record_before_is_parsed_alone(tmp_path: Path) -> None:
     """A file that starts inside a traceback (a paste cut there) is no record of its own: it may lead a batch
     (nothing before it) but not follow another file, whose last record it would continue."""

@@ -31,11 +31,7 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
     rules = rules if rules is not None else load_rules()
     if engines is None:
         engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
-    # the models: imported here so that importing the findings module stays cheap
-    from .collectives import collectives
-    from .progress import probes, stalls
-    from .stacks import signatures, snapshots, stackclasses
-    from .summaries import summaries
+    collectives, probes, stalls, signatures, snapshots, stackclasses, summaries = load_models()
 
     with store.transaction(), _read_once(store, READ_ONCE):
         probes.rebuild(store, engines)
@@ -59,6 +55,17 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
         store.con.execute("INSERT OR REPLACE INTO meta VALUES ('payloads', ?)",
                           ["shown" if show_payloads else "redacted"])
     return found
+
+
+def load_models() -> tuple[Any, ...]:
+    """The modules of the models ``run_rules`` builds (imported on first use, so that importing the findings
+    module stays cheap): collectives, probes, stalls, signatures, snapshots, stackclasses, summaries."""
+    from .collectives import collectives
+    from .progress import probes, stalls
+    from .stacks import signatures, snapshots, stackclasses
+    from .summaries import summaries
+
+    return collectives, probes, stalls, signatures, snapshots, stackclasses, summaries
 
 
 # Views of loaded evidence that several passes and rules read (each read computed the view afresh: the

@@ -134,7 +134,7 @@ def _scan(root: Path, db: Path, out: Path | None, json_out: Path | None, jobs: i
         engines = sorted({f.engine for f in files} | {r["engine"] for r in store.query(
             "SELECT DISTINCT engine FROM sources WHERE starts_with(abs_path, ?)", [prefix])})
         res = ingest_files(store, root, files, progress, jobs=jobs, vanish_engines=engines, executor=ex,
-                           on_work=lambda: fork_server.start_for(pool_jobs))
+                           on_work=lambda: _on_work(pool_jobs))
         t_ingest = time.monotonic()
         from ..analysis import findings as findings_mod  # rules and models load only when something changed
         from ..analysis.summaries import incidents as incidents_mod
@@ -185,6 +185,19 @@ def _scan(root: Path, db: Path, out: Path | None, json_out: Path | None, jobs: i
         _write(Path(json_out), json.dumps(doc, indent=2) + "\n")
     return ScanResult(scan_id, res, stale, incidents, doc, written, time.monotonic() - t0, index,
                       [i["incident_id"] for i in incidents if i["first_seen_scan"] == scan_id])
+
+
+def _on_work(pool_jobs: int) -> None:
+    """Planning found a file to read: the parsers' fork server starts, and the analysis and the reports will
+    run after the load, so their modules load now, while the server loads (some 0.05 s less in the scan's
+    serial tail; an unchanged rescan loads neither)."""
+    fork_server.start_for(pool_jobs)
+    from ..analysis import findings
+    from ..analysis.summaries import incidents  # noqa: F401
+    from ..report import html  # noqa: F401
+
+    findings.load_rules()
+    findings.load_models()
 
 
 def make_executor(kind: str | Executor, jobs: int, ray_address: str | None = None,

@@ -180,7 +180,7 @@ def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], s
     import numpy as np
     import polars as pl
 
-    from ..parsers.sglang.sglang_log import FileContext, chunk_facts, parse_chunk
+    from ..parsers.sglang.sglang_log import FileContext, files_facts, parse_chunk
 
     bases = list(accumulate((r.physical for r in ready), initial=0))
     counts = list(accumulate((len(r.pay.lines) for r in ready), initial=0))
@@ -201,15 +201,18 @@ def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], s
     cut = np.searchsorted(np.asarray(counts[1:]), np.asarray(parsed.interleaved_rows or [], dtype=np.int64),
                           side="right")
 
-    def facts(k: int, r: _Ready, p: Any, mine: Any) -> None:
-        chunk_facts(mine, r.ctx, p)
+    def own(k: int, r: _Ready, p: Any) -> None:
         if not r.pay.plain:                 # lines and unparsed rows of the file's envelope, as _parse_payload
             un = p.tables.get("unparsed")
             firsts_un = un.get_column("line").to_list() if un is not None else []
             p.tables["unparsed"] = _unparsed_frame(r.pay.unparsed_rows(r.job.engine, r.job.rel_path, firsts_un))
             p.lines, p.unparsed = r.pay.physical, p.tables["unparsed"].height
 
-    return _per_file(ready, parsed, bases, firsts, cut, facts)
+    def facts(starts: Any, outs: list[Any]) -> None:        # chunk_facts of each file's records
+        files_facts(starts.select("_file", "line", "ts_dt", "msg"), starts.select("_file", "ranks").drop_nulls(),
+                    _rare(starts), [r.ctx for r in ready], outs)
+
+    return _per_file(ready, parsed, bases, firsts, cut, own, facts)
 
 
 def _scanner() -> Any:
@@ -226,7 +229,7 @@ def _scan_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], se
     import polars as pl
 
     from ..parsers.sglang import sglang_fast as fast
-    from ..parsers.sglang.sglang_log import FileContext, parse_chunk
+    from ..parsers.sglang.sglang_log import FileContext, files_facts, parse_chunk
 
     sc = fast.scanner()
     raw = b"".join(r.raw for r in ready if r.raw is not None)
@@ -255,24 +258,39 @@ def _scan_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], se
     parsed = parse_chunk(kept, 1, ctx, line_numbers=(keep + 1).tolist(), whole=False, files=files, references=refs)
     cut = np.asarray(files, dtype=np.int64)[np.asarray(parsed.interleaved_rows or [], dtype=np.int64)]
 
-    def facts(k: int, r: _Ready, p: Any, mine: Any) -> None:
+    def own(k: int, r: _Ready, p: Any) -> None:
         # the bulk rows with the general parser's of the same table, as ``ScanGroup.flush`` puts them
         seen = pl.Series(np.concatenate([s.seen for s in slices[k]]))
         for table in ("batches", "http_requests"):
             rows = [s.tables[table] for s in slices[k] if s.tables.get(table) is not None]
             if rows:
                 p.tables[table] = fast._in_line_order(p.tables.get(table), seen, fast._concat(rows))
-        fast._chunk_facts(mine, r.ctx, p, slices[k], [1])
 
-    return _per_file(ready, parsed, counts, [b + 1 for b in counts[:-1]], cut, facts)
+    def facts(starts: Any, outs: list[Any]) -> None:
+        # as ``sglang_fast._chunk_facts`` of each file: its records with the bulk lines the general parser
+        # did not see (their messages only where the release traits are looked for), their ranks' texts
+        bulk = [s.facts for mine in slices for s in mine]
+        of = np.repeat(np.arange(len(ready), dtype=np.int32), [sum(s.facts.height for s in mine) for mine in slices])
+        records = pl.concat([starts.select("_file", "line", pl.col("ts_dt").cast(pl.Datetime("us")), "msg"),
+                             pl.concat(bulk).select(pl.Series("_file", of), "line", "ts_dt", "msg")]) \
+            .sort("_file", "line")
+        names = [(k, " " + n if n else "") for k, mine in enumerate(slices) for s in mine for n in s.rank_names]
+        ranks = pl.concat([starts.select("_file", "ranks").drop_nulls(),
+                           pl.DataFrame(names, schema={"_file": pl.Int32, "ranks": pl.String}, orient="row")])
+        files_facts(records, ranks, _rare(starts), [r.ctx for r in ready], outs)
+
+    return _per_file(ready, parsed, counts, [b + 1 for b in counts[:-1]], cut, own, facts)
 
 
 def _per_file(ready: list[_Ready], parsed: Any, bases: list[int], firsts: list[int], cut: Any,
-              facts: Callable[[int, _Ready, Any, Any], None]) -> tuple[list[list[tuple[str, Any]]], set[int]]:
+              own: Callable[[int, _Ready, Any], None], facts: Callable[[Any, list[Any]], None],
+              ) -> tuple[list[list[tuple[str, Any]]], set[int]]:
     """The joint parse's result cut back into each file's batches (``bases``: where each file's lines start in
     the batch's numbering; ``firsts``: each file's first line there; ``cut``: the file of each line cut into
-    by another record); ``facts`` adds what the way of reading says of the file as a whole.  Or the files
-    (indices) whose records show that they are not independent of the file before them."""
+    by another record); ``own`` adds to each file's result what the way of reading keeps per file, ``facts``
+    what each file's records say of it as a whole (from the records of all the files: _file, and the lines
+    each file's own).  Or the files (indices) whose records show that they are not independent of the file
+    before them."""
     import numpy as np
     import polars as pl
 
@@ -282,28 +300,27 @@ def _per_file(ready: list[_Ready], parsed: Any, bases: list[int], firsts: list[i
     assert starts is not None
     of = np.searchsorted(np.asarray(bases[1:], dtype=np.int64), starts.get_column("line").to_numpy(), side="left")
     bounds = np.searchsorted(of, np.arange(len(ready) + 1), side="left")
-    mine = [starts.slice(int(a), int(b - a)) for a, b in zip(bounds, bounds[1:], strict=False)]
     # (the first file's head is the joint parse's: as alone)
-    failed = {k for k in range(1, len(ready)) if not _independent(mine[k], firsts[k])}
+    first = starts.get_column("line").gather(np.minimum(bounds[:-1], max(starts.height - 1, 0))).to_list() \
+        if starts.height else []
+    failed = {k for k in range(1, len(ready))
+              if not (bounds[k + 1] > bounds[k] and first[k] == firsts[k])}
     if failed:
         return [], failed
     tables = _split(parsed.tables, bases, [(r.job.engine, r.job.rel_path) for r in ready])
+    outs = [Parsed(tables=tables[k], lines=len(r.pay.lines), interleaved=int((cut == k).sum()))
+            for k, r in enumerate(ready)]
+    starts = starts.with_columns(pl.Series("_file", of.astype(np.int32)),
+                                 pl.col("line") - pl.Series(bases[:-1], dtype=pl.Int64).gather(of))
+    _dated_access(starts, parsed.tables.get("http_requests"), bases, outs)
+    facts(starts, outs)
     out: list[list[tuple[str, Any]]] = []
-    for k, r in enumerate(ready):
-        p = Parsed(tables=tables[k], lines=len(r.pay.lines), interleaved=int((cut == k).sum()))
-        own = mine[k].with_columns(pl.col("line") - bases[k])
-        _dated_access(own, tables[k].get("http_requests"), p)
+    for k, (r, p) in enumerate(zip(ready, outs, strict=True)):
         un = tables[k].get("unparsed")
         p.unparsed = un.height if un is not None else 0
-        facts(k, r, p, own)
+        own(k, r, p)
         out.append(list(_batches(p, r)))
     return out, set()
-
-
-def _independent(starts: Any, first_line: int) -> bool:
-    """Whether a file's records (``starts``) are what its own parse gives: its first line starts one (not a
-    line that continues the record of the file before)."""
-    return bool(starts.height) and starts.get_column("line")[0] == first_line
 
 
 def _batches(p: Any, r: _Ready) -> Iterator[tuple[str, Any]]:
@@ -318,21 +335,40 @@ def _batches(p: Any, r: _Ready) -> Iterator[tuple[str, Any]]:
         yield CHECKPOINT, FileOutcome(r.out.lines, r.out.unparsed, r.out.read_bytes)
 
 
-def _dated_access(starts: Any, access: Any, p: Any) -> None:
-    """The access lines the file printed without a time, as the parse of the file alone counts them: left to
-    their envelope's time, or dated by a record before them in the file (those without one stay undated)."""
+def _dated_access(starts: Any, access: Any, bases: list[int], outs: list[Any]) -> None:
+    """The access lines each file printed without a time, as the parse of the file alone counts them: left to
+    their envelope's time, or dated by a record before them in the file (those without one stay undated).
+    ``starts``: the records of all the files (_file, their own lines); ``access``: the joint parse's rows."""
+    import numpy as np
     import polars as pl
 
     if access is None or not access.height:
         return
-    bare = starts.filter((pl.col("kind") == "access") & pl.col("ts_dt").is_null()).get_column("line")
-    if not bare.len():
+    bare = starts.filter((pl.col("kind") == "access") & pl.col("ts_dt").is_null())
+    if not bare.height:
         return
-    rows = access.filter(pl.col("line").is_in(bare.implode()))
-    if "collected_ts" in rows.columns:
-        p.dated_by_envelope = rows.get_column("collected_ts").is_not_null().sum()
-        rows = rows.filter(pl.col("collected_ts").is_null())
-    p.dated_by_previous = rows.get_column("ts").is_not_null().sum()
+    lines = bare.get_column("line") + pl.Series(bases[:-1], dtype=pl.Int64).gather(bare.get_column("_file"))
+    rows = access.filter(pl.col("line").is_in(lines.implode()))
+    rows = rows.with_columns(pl.Series("_file", np.searchsorted(np.asarray(bases[1:], dtype=np.int64),
+                                                                 rows.get_column("line").to_numpy(), side="left")))
+    envelope = "collected_ts" in rows.columns
+    counts = rows.group_by("_file").agg(
+        (pl.col("collected_ts").is_not_null() if envelope else pl.lit(False)).sum().alias("env"),
+        ((pl.col("collected_ts").is_null() if envelope else pl.lit(True)) & pl.col("ts").is_not_null())
+        .sum().alias("prev"))
+    for k, env, prev in counts.iter_rows():
+        if envelope:
+            outs[k].dated_by_envelope = env
+        outs[k].dated_by_previous = prev
+
+
+def _rare(starts: Any) -> Any:
+    """The messages of the records that are no batch or access line (_file, msg), as ``rare_messages``."""
+    import polars as pl
+
+    from ..parsers.sglang.sglang_log import _BULK
+
+    return starts.filter(~pl.col("kind").is_in(_BULK) & pl.col("msg").is_not_null()).select("_file", "msg")
 
 
 # the line columns of a row (the physical lines of the file)
@@ -350,19 +386,21 @@ def _split(tables: dict[str, Any], bases: list[int], owners: list[tuple[str, str
 
     out: list[dict[str, Any]] = [{} for _ in owners]
     edges = np.asarray(bases[1:], dtype=np.int64)
+    # (each table's lines and owners made its files' in one pass over all of them, then cut by file)
+    base = pl.Series(bases[:-1], dtype=pl.Int64)
+    names = [pl.Series([o[w] for o in owners], dtype=pl.String) for w in (0, 1)]
     dumps: dict[str, int] = {}                  # the file of each dump (its stacks come before its frames)
     for name, rows in tables.items():
         if isinstance(rows, pl.DataFrame):
             if not rows.height:
                 continue
-            of = np.searchsorted(edges, rows.get_column("line").to_numpy(), side="left")
-            for (k,), part in rows.with_columns(pl.Series("_of", of)).partition_by(
-                    "_of", as_dict=True, maintain_order=True).items():
-                k = int(k)
-                fixed = [(pl.col(c) - bases[k]).alias(c) for c in _LINES if c in part.columns]
-                fixed += [pl.when(pl.col(c) == (_ENGINE, _PATH)[w]).then(pl.lit(owners[k][w])).otherwise(pl.col(c))
-                          .alias(c) for c, w in _OWNER.items() if c in part.columns]
-                out[k][name] = part.drop("_of").with_columns(fixed)
+            of = pl.Series("_of", np.searchsorted(edges, rows.get_column("line").to_numpy(), side="left"))
+            fixed = [(pl.col(c) - base.gather(of)).alias(c) for c in _LINES if c in rows.columns]
+            fixed += [pl.when(pl.col(c) == (_ENGINE, _PATH)[w]).then(names[w].gather(of)).otherwise(pl.col(c))
+                      .alias(c) for c, w in _OWNER.items() if c in rows.columns]
+            for (k,), part in rows.with_columns(fixed).with_columns(of).partition_by(
+                    "_of", as_dict=True, maintain_order=True, include_key=False).items():
+                out[int(k)][name] = part
         elif rows:
             for row in rows:
                 frame = name == "frames"            # (its line is the source code's: a frame goes by its dump)

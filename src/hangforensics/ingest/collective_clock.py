@@ -29,19 +29,36 @@ NOTE_PREFIX = "times "
 
 def align_flight_recorder(store: Store, engine: str) -> float | None:
     """Set clock_offset_s (and a note) on every Flight Recorder dump of ``engine``; return the offset or None."""
-    dumps = store.query("SELECT source_id, note FROM sources WHERE engine = ? AND kind = 'flight_recorder'",
-                        [engine])
-    if not dumps:
-        return None
-    found = _from_timeouts(store, engine) or _from_progress(store, engine)
-    offset, why = found if found else (0.0, "are UTC as the dumps record them (epoch ns): nothing in this "
-                                            "engine's evidence aligns them to the log clock")
+    return align_flight_recorder_all(store, [engine]).get(engine)
+
+
+def align_flight_recorder_all(store: Store, engines: list[str]) -> dict[str, float | None]:
+    """``align_flight_recorder`` for every engine of ``engines`` in a fixed number of queries (engine ->
+    its offset, or None; engines without a dump are left out)."""
+    dumps = store.query("SELECT engine, source_id, note FROM sources WHERE list_contains(?, engine) "
+                        "AND kind = 'flight_recorder' ORDER BY engine, source_id", [engines])
+    todo = sorted({d["engine"] for d in dumps})
+    if not todo:
+        return {}
+    by_timeouts = _from_timeouts(store, todo)
+    by_progress = _from_progress(store, [e for e in todo if e not in by_timeouts])
+    out: dict[str, float | None] = {}
+    ids, offsets, notes = [], [], []
     for d in dumps:
-        notes = [n for n in (d["note"] or "").split("; ") if n and not n.startswith(NOTE_PREFIX)]
-        notes.append(NOTE_PREFIX + why)
-        store.con.execute("UPDATE sources SET clock_offset_s = ?, note = ? WHERE source_id = ?",
-                          [offset, "; ".join(notes), d["source_id"]])
-    return offset if found else None
+        e = d["engine"]
+        found = by_timeouts.get(e) or by_progress.get(e)
+        offset, why = found if found else (0.0, "are UTC as the dumps record them (epoch ns): nothing in this "
+                                                "engine's evidence aligns them to the log clock")
+        kept = [n for n in (d["note"] or "").split("; ") if n and not n.startswith(NOTE_PREFIX)]
+        ids.append(d["source_id"])
+        offsets.append(offset)
+        notes.append("; ".join([*kept, NOTE_PREFIX + why]))
+        out[e] = offset if found else None
+    store.con.execute(
+        "UPDATE sources SET clock_offset_s = u.offset, note = u.note FROM (SELECT unnest(?::BIGINT[]) AS id, "
+        "unnest(?::DOUBLE[]) AS offset, unnest(?::VARCHAR[]) AS note) u WHERE sources.source_id = u.id",
+        [ids, offsets, notes])
+    return out
 
 
 def _zone(diff_s: float, slack_s: float) -> float | None:
@@ -56,36 +73,54 @@ def _offset_text(offset: float) -> str:
     return f"{sign}{h}:{m:02d} h" if offset else "0 (the log is on UTC)"
 
 
-def _from_timeouts(store: Store, engine: str) -> tuple[float, str] | None:
+def _from_timeouts(store: Store, engines: list[str]) -> dict[str, tuple[float, str]]:
+    """Each engine's offset from its ProcessGroupNCCL timeout lines that a dump's entry matches (the first
+    timeout line named in the note)."""
     pairs = store.query(
-        """SELECT t.ts AS log_ts, t.ran_ms, f.ts AS fr_ts, f.pg, f.seq
+        """SELECT t.engine, t.ts AS log_ts, t.ran_ms, f.ts AS fr_ts, f.pg, f.seq
            FROM collectives t JOIN collective_records f
              ON f.engine = t.engine AND f.source = 'flight_recorder' AND f.rank = t.rank AND f.seq = t.seq
             AND (t.pg = '?' OR regexp_replace(t.pg, '\\(.*\\)$', '') = f.pg)
             AND COALESCE(json_extract_string(f.attrs, '$.seq_kind'), 'collective') = 'collective'
-           WHERE t.engine = ? AND t.source = 'torch_nccl' AND t.ts IS NOT NULL AND f.ts IS NOT NULL""", [engine])
-    diffs = [((p["log_ts"] - p["fr_ts"]).total_seconds() - (p["ran_ms"] or 0) / 1000) for p in pairs]
-    if not diffs:
-        return None
-    diff = statistics.median(diffs)
-    offset = _zone(diff, TIMEOUT_SLACK_S)
-    p = pairs[0]
-    src = f"the ProcessGroupNCCL timeout of pg {p['pg']} SeqNum={p['seq']}" + \
-        (f" and {len(pairs) - 1} more" if len(pairs) > 1 else "")
-    if offset is None:                          # not a zone: another clock; the measured difference, then
-        return float(round(diff)), f"aligned to the log clock by {round(diff):+d} s (measured on {src})"
-    return offset, f"aligned to the log clock by {_offset_text(offset)} (the zone, from {src})"
+           WHERE list_contains(?, t.engine) AND t.source = 'torch_nccl' AND t.ts IS NOT NULL AND f.ts IS NOT NULL
+           ORDER BY t.engine, t.ts, f.pg, f.seq, t.rank, f.ts""", [engines])
+    by_engine: dict[str, list[dict]] = {}
+    for p in pairs:
+        by_engine.setdefault(p["engine"], []).append(p)
+    out = {}
+    for engine, mine in by_engine.items():
+        diffs = [((p["log_ts"] - p["fr_ts"]).total_seconds() - (p["ran_ms"] or 0) / 1000) for p in mine]
+        diff = statistics.median(diffs)
+        offset = _zone(diff, TIMEOUT_SLACK_S)
+        p = mine[0]
+        src = f"the ProcessGroupNCCL timeout of pg {p['pg']} SeqNum={p['seq']}" + \
+            (f" and {len(mine) - 1} more" if len(mine) > 1 else "")
+        if offset is None:                      # not a zone: another clock; the measured difference, then
+            out[engine] = float(round(diff)), f"aligned to the log clock by {round(diff):+d} s (measured on {src})"
+        else:
+            out[engine] = offset, f"aligned to the log clock by {_offset_text(offset)} (the zone, from {src})"
+    return out
 
 
-def _from_progress(store: Store, engine: str) -> tuple[float, str] | None:
-    last: datetime | None = store.scalar("SELECT max(ts) FROM progress WHERE engine = ?", [engine])
-    newest: datetime | None = store.scalar(
-        "SELECT max(ts) FROM collective_records WHERE engine = ? AND source = 'flight_recorder' "
-        "AND state = 'completed'", [engine])
-    if last is None or newest is None:
-        return None
-    offset = _zone((last - newest).total_seconds(), PROGRESS_SLACK_S)
-    if offset is None:
-        return None
-    return offset, (f"aligned to the log clock by {_offset_text(offset)} (the zone: the newest completed entry "
-                    f"lies just before the last progress line, {last:%H:%M:%S})")
+def _from_progress(store: Store, engines: list[str]) -> dict[str, tuple[float, str]]:
+    """Each engine's offset from its last progress line and its dumps' newest completed entry."""
+    if not engines:
+        return {}
+    rows = store.query(
+        """SELECT l.engine, l.last, n.newest FROM
+             (SELECT engine, max(ts) AS last FROM progress WHERE list_contains($1, engine) GROUP BY engine) l
+           JOIN (SELECT engine, max(ts) AS newest FROM collective_records WHERE list_contains($1, engine)
+                 AND source = 'flight_recorder' AND state = 'completed' GROUP BY engine) n USING (engine)""",
+        [engines])
+    out = {}
+    for r in rows:
+        last: datetime | None = r["last"]
+        newest: datetime | None = r["newest"]
+        if last is None or newest is None:
+            continue
+        offset = _zone((last - newest).total_seconds(), PROGRESS_SLACK_S)
+        if offset is not None:
+            out[r["engine"]] = offset, (
+                f"aligned to the log clock by {_offset_text(offset)} (the zone: the newest completed entry "
+                f"lies just before the last progress line, {last:%H:%M:%S})")
+    return out

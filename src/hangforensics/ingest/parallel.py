@@ -27,6 +27,8 @@ from .load import LoadGroup, load_file
 from .plan import Plan
 from .worker import parse_to_ipc
 
+# Input that costs this much to parse (``parse_cost``: bytes and a fixed cost per file) goes to a pool of parser
+# processes; less is parsed in this process (a pool's fork server costs some 0.6 s of CPU to start).
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
 
 
@@ -172,10 +174,15 @@ def _read_cost(p: Plan) -> int:
 FILE_COST = 256 * 1024
 
 
+def parse_cost(p: Plan) -> int:
+    """What parsing a file costs, roughly, in bytes of a plain log: its bytes to read and FILE_COST."""
+    return _read_cost(p) + FILE_COST
+
+
 def _task_cost(task: Plan | list[Plan]) -> int:
     """What a task costs, roughly: the costliest go first, so that the last to finish are small (a batch of
     many small logs is not left to one worker at the end)."""
-    return sum(_read_cost(p) + FILE_COST for p in (task if isinstance(task, list) else [task]))
+    return sum(parse_cost(p) for p in (task if isinstance(task, list) else [task]))
 
 
 # Whole files in the workers' hands at once, per worker: their results (small row batches come back inline)

@@ -6,6 +6,7 @@ py-spy dump, a kubectl-wrapped log a server log)."""
 from __future__ import annotations
 
 import re
+from itertools import islice
 from pathlib import Path
 
 from ..errors import InputError
@@ -130,7 +131,7 @@ def payload_kind(head: str, lines: list[str]) -> str:
         return "gdb_dump"
     # A dump's own first line wins over a stray log line or two later in the file (a log that
     # happens to start with a crash is still a log).
-    few_log_lines = len(LOG_SNIFF.findall(head, 0, len(head))) < 3
+    few_log_lines = sum(1 for _ in islice(LOG_SNIFF.finditer(head), 3)) < 3     # (a log's head has hundreds)
     if few_log_lines and faulthandler.looks_like_faulthandler(lines, strong_only=True):
         return "faulthandler_dump"
     if few_log_lines and native_trace.looks_like_trace(lines, strong_only=True):

@@ -25,7 +25,18 @@ from .unwrap import NONE, EnvelopeStack, Unwrapped, Unwrapper
 
 
 # -- detection -------------------------------------------------------------------------------------
+class _Sample(list):
+    """A sample's lines (``_sample``), whose non-blank ones are worked out once: each of the detectors reads
+    them, some several times (13 tests of one sample)."""
+
+    nonblank: list[str] | None = None
+
+
 def _nonblank(lines: list[str]) -> list[str]:
+    if isinstance(lines, _Sample):
+        if lines.nonblank is None:
+            lines.nonblank = [s for s in lines if s.strip()]
+        return lines.nonblank
     return [s for s in lines if s.strip()]
 
 
@@ -41,8 +52,14 @@ def _share(lines: list[str], rx: re.Pattern[str], need: float = MAJORITY) -> boo
     ne = _nonblank(lines)
     if not ne:
         return False
-    hits = sum(1 for s in ne if rx.match(s))
-    return hits >= need * len(ne) and (need >= MAJORITY or hits >= 3)
+    # (most files have no prefix: the test stops once too few lines are left to make the share)
+    least, misses, n = need * len(ne), 0, len(ne)
+    for s in ne:
+        if not rx.match(s):
+            misses += 1
+            if n - misses < least:
+                return False
+    return need >= MAJORITY or n - misses >= 3
 
 
 # A terminal's colour or erase sequence; other control characters on a line mean binary data, where an
@@ -365,8 +382,8 @@ MAX_LAYERS = 4
 SAMPLE_LINES = 200
 
 
-def _sample(lines: list[str]) -> list[str]:
-    out: list[str] = []
+def _sample(lines: list[str]) -> _Sample:
+    out = _Sample()
     seen = 0
     for s in lines:
         out.append(s)
