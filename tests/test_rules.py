@@ -260,3 +260,41 @@ def test_rules_run_together_give_each_rule_its_rows_and_a_broken_one_is_named(tm
         broken = dataclasses.replace(rules[1], sql="SELECT engine, no_such_column FROM sources")
         with pytest.raises(RuleError, match=broken.id):
             F._all_rule_rows(store, [rules[0], broken, *rules[2:]], engines)
+
+
+def test_a_model_built_beside_that_fails_stops_the_analysis_and_the_next_one_redoes_it(tmp_path, log: LogWriter,
+                                                                                      monkeypatch):
+    """The collectives' and stacks' models are built on a second connection while the progress models are: an
+    error there is the analysis's error, no finding is written and the engines stay stale, and the next
+    analysis gives what an analysis that never failed gives."""
+    import pytest
+
+    from hangforensics.analysis import findings as F
+    from hangforensics.analysis.stacks import stackclasses
+    from hangforensics.ingest.pipeline import ingest_paths
+    from hangforensics.store import Store
+
+    log.startup().traffic(10, 120).posts(122, 430).probes(125, 430)
+    for r in range(4):
+        log.watchdog(425, f"TP{r}")
+    folder = log.write(tmp_path / "e1")
+    with Store(tmp_path / "f.duckdb") as store:
+        ingest_paths(store, [folder])
+        first = F.run_rules(store)
+        assert first
+        store.con.execute("UPDATE engine_state SET data_version = data_version + 1")     # new data came
+        stale = store.query("SELECT engine, data_version, analyzed_version FROM engine_state ORDER BY 1")
+        kept = store.query("SELECT * FROM findings ORDER BY finding_id")
+
+        def boom(*args, **kwargs):
+            raise RuntimeError("rank classes failed")
+
+        with monkeypatch.context() as m:
+            m.setattr(stackclasses, "rebuild", boom)
+            with pytest.raises(RuntimeError, match="rank classes failed"):
+                F.run_rules(store)
+        assert store.query("SELECT engine, data_version, analyzed_version FROM engine_state ORDER BY 1") == stale
+        assert store.query("SELECT * FROM findings ORDER BY finding_id") == kept
+        again = F.run_rules(store)
+        assert [(f["rule"], f["title"], f["ts"]) for f in again] == [(f["rule"], f["title"], f["ts"]) for f in first]
+        assert not store.query("SELECT * FROM engine_state WHERE analyzed_version < data_version")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -33,28 +33,76 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
         engines = [r["engine"] for r in store.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
     collectives, probes, stalls, signatures, snapshots, stackclasses, summaries = load_models()
 
-    with store.transaction(), _read_once(store, READ_ONCE):
-        probes.rebuild(store, engines)
-        stalls.rebuild(store, engines)
-        collectives.rebuild(store, engines)
-        stackclasses.rebuild(store, engines)
-        snapshots.rebuild(store, engines)          # after the rank classes: it confirms or adds desyncs
-        signatures.rebuild(store, engines)
-        found = [_finding(rule, r, show_payloads) for rule, rows in _all_rule_rows(store, rules, engines) for r in rows]
-        # (what they say breaks the ties: two undated findings of one rule are numbered the same way on any
-        # number of DuckDB threads)
-        found.sort(key=lambda f: (f["engine"], SEVERITY_RANK[f["severity"]], f["ts"] or datetime.max, f["rule"],
-                                  f["title"], f["ranks"], f["detail"]))
-        store.con.execute("DELETE FROM findings WHERE list_contains(?, engine)", [engines])
-        base = store.scalar("SELECT COALESCE(MAX(finding_id), 0) FROM findings")
-        store.append("findings", [dict(f, finding_id=base + i + 1) for i, f in enumerate(found)])
-        summaries.rebuild(store, engines, show_payloads)
-        # the findings now reflect the engines' data as of this transaction
-        store.con.execute("UPDATE engine_state SET analyzed_version = data_version WHERE list_contains(?, engine)",
-                          [engines])
-        store.con.execute("INSERT OR REPLACE INTO meta VALUES ('payloads', ?)",
-                          ["shown" if show_payloads else "redacted"])
+    read: dict[str, Any] = {}                   # what the later steps read of the evidence, read beside
+    main_stacks: dict[str, Any] = {}
+
+    def stacks_and_collectives(other: Store) -> None:
+        with other.transaction(), _read_once(other, ("collectives",)):
+            collectives.rebuild(other, engines)
+            main_stacks.update(stackclasses.main_stacks_of(other, engines))
+            stackclasses.rebuild(other, engines, main_stacks)
+            snapshots.rebuild(other, engines)      # after the rank classes: it confirms or adds desyncs
+            read.update(summaries.gather_evidence(other, engines))
+
+    with _read_once(store, READ_ONCE):
+        # Two chains of models that read only the evidence, on two connections at once: the progress models
+        # here, the collectives' and the stacks' beside them, and what the summaries read of the evidence
+        # (DuckDB runs one chain's queries while the other's Python judges).  Each commits its own tables; the
+        # findings and the engines' analyzed version are written after both, so an analysis that stops
+        # half-way is done again in full by the next one.
+        with beside(store, stacks_and_collectives), store.transaction():
+            probes.rebuild(store, engines)
+            stalls.rebuild(store, engines)
+        with store.transaction():
+            found = _judge(store, rules, engines, show_payloads, signatures, summaries, read, main_stacks)
     return found
+
+
+def _judge(store: Store, rules: list[Rule], engines: list[str], show_payloads: bool, signatures: Any,
+           summaries: Any, read: dict[str, Any], main_stacks: dict[str, Any]) -> list[dict[str, Any]]:
+    """The signatures, every rule, the findings stored and the engines summarised (``run_rules``, after the
+    models the rules read; ``read``, ``main_stacks``: what they read of the evidence, read already)."""
+    signatures.rebuild(store, engines, main_stacks)
+    found = [_finding(rule, r, show_payloads) for rule, rows in _all_rule_rows(store, rules, engines) for r in rows]
+    # (what they say breaks the ties: two undated findings of one rule are numbered the same way on any
+    # number of DuckDB threads)
+    found.sort(key=lambda f: (f["engine"], SEVERITY_RANK[f["severity"]], f["ts"] or datetime.max, f["rule"],
+                              f["title"], f["ranks"], f["detail"]))
+    store.con.execute("DELETE FROM findings WHERE list_contains(?, engine)", [engines])
+    base = store.scalar("SELECT COALESCE(MAX(finding_id), 0) FROM findings")
+    store.append("findings", [dict(f, finding_id=base + i + 1) for i, f in enumerate(found)])
+    summaries.rebuild(store, engines, show_payloads, read)
+    # the findings now reflect the engines' data as of this transaction
+    store.con.execute("UPDATE engine_state SET analyzed_version = data_version WHERE list_contains(?, engine)",
+                      [engines])
+    store.con.execute("INSERT OR REPLACE INTO meta VALUES ('payloads', ?)", ["shown" if show_payloads else "redacted"])
+    return found
+
+
+@contextlib.contextmanager
+def beside(store: Store, work: Callable[[Store], None]) -> Iterator[None]:
+    """``work`` run on a second connection to the store's database (``Store.sibling``) in another thread while
+    the block runs; its error, if any, raised once both are done."""
+    import threading
+
+    other = store.sibling()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work(other)
+        except BaseException as e:      # noqa: BLE001 (raised in the caller's thread)
+            failed.append(e)
+
+    thread = threading.Thread(target=run, name="hangforensics-beside")
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+        other.close()
+    if failed:
+        raise failed[0]
 
 
 def load_models() -> tuple[Any, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -153,6 +154,13 @@ class Store:
             f"{into} SELECT s.source_id{', ' if cols else ''}{r_list} "
             f"FROM _hf_incoming r JOIN (SELECT engine, path, min(source_id) AS source_id FROM sources GROUP BY ALL) s "
             f"ON s.engine = r.engine AND s.path = r.{path}")
+
+    def sibling(self) -> Store:
+        """The same database on a second connection: its own transactions, usable from another thread while
+        this one works (``close`` it after)."""
+        other = copy.copy(self)
+        other.con = self.con.cursor()
+        return other
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:

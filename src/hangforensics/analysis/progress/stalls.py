@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from ...parsers.vllm.vllm_patterns import HANG_KINDS
 from ...ranks import rank_key
 from ...store import Store
+from ..order_keys import LINE_BITS, PATH_BITS, PATH_RANKS, earliest_first, latest_first, order_key
 from . import vllm_stalls
 from .pending import Judgement
 from .probes import NON_WORK_PATHS
@@ -167,10 +168,10 @@ def _progress_by_rank(store: Store, engines: list[str]) -> dict[Key, list[dict]]
     step lines at all (the run's ranks)."""
     # several lines in the rank's last clock second: the first of them by file and line (what the per-run
     # queries' arg_max kept: the first the view read, in practice the file's order)
-    us, path, line = "epoch_us(p.ts)", "COALESCE(r.pr, 0)", "p.line"
-    latest = _order_key(f"-{us}", (path, PATH_BITS), (line, LINE_BITS))         # (-ts, path, line)
-    top = _order_key(f"-{us}", (f"{2 ** LINE_BITS - 1} - {line}", LINE_BITS), (path, PATH_BITS))  # (-ts, -line, path)
-    first = _order_key(us, (path, PATH_BITS), (line, LINE_BITS))                # (ts, path, line)
+    path, line = "COALESCE(r.pr, 0)", "p.line"
+    latest = latest_first("p.ts", path, line)
+    top = order_key("-epoch_us(p.ts)", (f"{2 ** LINE_BITS - 1} - {line}", LINE_BITS), (path, PATH_BITS))  # (-ts, -line, path)
+    first = earliest_first("p.ts", path, line)
     dated = "FILTER (WHERE p.ts IS NOT NULL)"
     batch = "FILTER (WHERE p.ts IS NOT NULL AND p.batch_kind <> 'vllm')"
     rows = store.query(
@@ -194,25 +195,6 @@ def _progress_by_rank(store: Store, engines: list[str]) -> dict[Key, list[dict]]
     for r in rows:
         out.setdefault((r["engine"], r["seg"]), []).append(r)
     return out
-
-
-# arg_min over a STRUCT key compares the structs field by field, some 0.5 µs a row (90 ms of the 208,000
-# progress lines of a 300 MB fleet's candidates); one 128-bit integer that orders the same costs half of it:
-# the leading part signed, each next one a field of its bits (a file by its path's rank among the paths in
-# sources: the same order as the paths'; a line below 2^40).
-PATH_BITS, LINE_BITS = 24, 40
-PATH_RANKS = "(SELECT path, dense_rank() OVER (ORDER BY path) AS pr FROM (SELECT DISTINCT path FROM sources))"
-
-
-def _order_key(lead: str, *parts: tuple[str, int]) -> str:
-    """SQL of a HUGEINT that orders as the tuple (``lead``, each of ``parts``), each part (expression, bits) a
-    whole number in [0, 2^bits)."""
-    shift = sum(bits for _, bits in parts)
-    key = f"CAST({lead} AS HUGEINT) * {2 ** shift}"
-    for expr, bits in parts:
-        shift -= bits
-        key += f" + CAST({expr} AS HUGEINT) * {2 ** shift}" if shift else f" + CAST({expr} AS HUGEINT)"
-    return f"({key})"
 
 
 def _sglang_stalls(store: Store, segs: list[Segment], prog: dict[Key, list[dict]],

@@ -129,13 +129,15 @@ def engine_evidence(store: Store, engine: str) -> EngineEvidence:
     return engines_evidence(store, [engine])[engine]
 
 
-def engines_evidence(store: Store, engines: list[str]) -> dict[str, EngineEvidence]:
-    """:func:`engine_evidence` of every engine of ``engines``, each table read once for them all."""
+def engines_evidence(store: Store, engines: list[str],
+                     main_stacks: dict[str, list[Any]] | None = None) -> dict[str, EngineEvidence]:
+    """:func:`engine_evidence` of every engine of ``engines``, each table read once for them all
+    (``main_stacks``: ``main_stacks_of`` of these engines or more, read already)."""
     def engine_set(sql: str) -> set[str]:
         return {r["engine"] for r in store.query(sql, [engines])}
 
     stalled = engine_set("SELECT DISTINCT engine FROM stalls WHERE list_contains(?, engine)")
-    stacks = main_stacks_of(store, engines)
+    stacks = main_stacks if main_stacks is not None else main_stacks_of(store, engines)
     desync: dict[str, set[int]] = defaultdict(set)
     for r in store.query("SELECT engine, capture FROM desyncs WHERE list_contains(?, engine) "
                          "AND kind IS DISTINCT FROM 'absent'", [engines]):
@@ -280,7 +282,8 @@ def _row(engine: str, sig: Signature, ts, ranks: list[str], detail: str, evidenc
             "detail": detail, "evidence": evidence}
 
 
-def rebuild(store: Store, engines: list[str]) -> None:
+def rebuild(store: Store, engines: list[str], main_stacks: dict[str, list[Any]] | None = None) -> None:
+    """The signature matches of ``engines`` (``main_stacks``: their ``main_stacks_of``, read already)."""
     sigs = load_signatures()
     store.con.execute("DELETE FROM signature_matches WHERE list_contains(?, engine)", [engines])
     with_stacks = sorted({r["engine"] for r in store.query(
@@ -289,7 +292,7 @@ def rebuild(store: Store, engines: list[str]) -> None:
     logs = {sig.id: _log_rows(store, engines, sig) for sig in sigs if sig.match.get("log")}
     # stack signatures where stacks exist, then log-only ones
     rows: list[dict[str, Any]] = []
-    evidence = engines_evidence(store, with_stacks)
+    evidence = engines_evidence(store, with_stacks, main_stacks)
     for e in with_stacks:
         ev = evidence[e]
         ev.logs = {sid: by_engine.get(e, []) for sid, by_engine in logs.items()}

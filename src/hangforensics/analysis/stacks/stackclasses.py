@@ -434,10 +434,12 @@ def _absent_from_collective(engine: str, capture: int, rounds: list[RankStack],
     }
 
 
-def rebuild(store: Store, engines: list[str]) -> None:
+def rebuild(store: Store, engines: list[str], stacks: dict[str, list[RankStack]] | None = None) -> None:
+    """The rank classes, each rank's collective and the desyncs of ``engines`` (``stacks``: their
+    ``main_stacks_of``, read already)."""
     for t in ("rank_classes", "rank_collectives", "desyncs"):
         store.con.execute(f"DELETE FROM {t} WHERE list_contains(?, engine)", [engines])
-    stacks = main_stacks_of(store, engines)
+    stacks = stacks if stacks is not None else main_stacks_of(store, engines)
     classes: list[dict] = []
     colls: list[dict] = []
     desyncs: list[dict] = []

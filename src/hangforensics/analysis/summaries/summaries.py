@@ -19,6 +19,7 @@ from ...ranks import rank_key, rank_numbers
 from ...readers.kinds import STACK_KINDS as DUMP_KINDS
 from ...redaction import redact_payloads
 from ...store import Store
+from ..order_keys import PATH_RANKS, latest_first
 from ..stacks.snapshot_text import facts_in_words
 from ..stacks.stackclasses import compact_ranks
 from . import capture_advice, rank_deaths, reporter_facts, vllm_summary
@@ -62,9 +63,11 @@ class Evidence:
         return [f for f in self.findings if f["rule"] == rule]
 
 
-def rebuild(store: Store, engines: list[str], show_payloads: bool = False) -> list[dict[str, Any]]:
-    """Fill ``engine_summaries`` for ``engines`` and return the rows."""
-    evidence = gather_all(store, engines)
+def rebuild(store: Store, engines: list[str], show_payloads: bool = False,
+            read: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Fill ``engine_summaries`` for ``engines`` and return the rows (``read``: ``gather_evidence``'s, read
+    already)."""
+    evidence = gather_all(store, engines, read)
     rows = [summarise(evidence[e], show_payloads) for e in engines]
     store.con.execute("DELETE FROM engine_summaries WHERE list_contains(?, engine)", [engines])
     if rows:
@@ -96,10 +99,9 @@ def _by_engine(rows: list[dict[str, Any]], keep: bool = False) -> dict[str, list
     return out
 
 
-def gather_all(store: Store, engines: list[str]) -> dict[str, Evidence]:
-    """Every engine's evidence, queried once for all of ``engines`` (a fixed number of queries, grouped by
-    engine in Python): engine -> Evidence.  Ties of a sort key are broken by stored order (rowid) or file
-    position, so that no order depends on DuckDB's threads."""
+def gather_evidence(store: Store, engines: list[str]) -> dict[str, Any]:
+    """What ``gather_all`` reads of the evidence itself (no model an analysis builds: ``run_rules`` reads it
+    beside the models), by name."""
     q = store.query
     files: dict[str, dict[str, int]] = {}
     for r in q("SELECT engine, kind, count(*)::INTEGER AS n FROM sources WHERE list_contains(?, engine) "
@@ -131,24 +133,17 @@ def gather_all(store: Store, engines: list[str]) -> dict[str, Evidence]:
                    r["b"] if hi is None or (r["b"] is not None and r["b"] > hi) else hi)
         if r["ranked"] and r["rank"]:
             ranks.setdefault(e, []).append(r["rank"])
-    findings = _by_engine(q("SELECT * FROM findings WHERE list_contains(?, engine) ORDER BY engine, ts NULLS LAST, rowid",
-                            [engines]), keep=True)
     # progress: its count and its last dated line per engine (the rows are many: aggregated in SQL); of lines
     # of the same last time, the first in its file
     n_progress: dict[str, int] = {}
     last_progress: dict[str, dict[str, Any]] = {}
     for r in q("SELECT engine, count(*) AS n, arg_min({'ts': ts, 'rank': rank, 'running_req': running_req, "
-               "'queue_req': queue_req}, {'t': -epoch_us(ts), 'p': path, 'l': line}) FILTER (WHERE ts IS NOT NULL) "
-               "AS last FROM progress WHERE list_contains(?, engine) GROUP BY engine", [engines]):
+               f"'queue_req': queue_req}}, {latest_first('ts', 'COALESCE(r.pr, 0)', 'line')}) FILTER (WHERE ts IS "
+               f"NOT NULL) AS last FROM progress p LEFT JOIN {PATH_RANKS} r USING (path) "
+               "WHERE list_contains(?, engine) GROUP BY engine", [engines]):
         n_progress[r["engine"]] = r["n"]
         if r["last"] is not None:
             last_progress[r["engine"]] = r["last"]
-    stalls = {e: rows[0] for e, rows in _by_engine(q(
-        "SELECT * FROM stalls WHERE list_contains(?, engine) ORDER BY engine, onset DESC, rowid", [engines]),
-        keep=True).items()}
-    watchdogs = _by_engine(q(
-        "SELECT engine, rank, min(fired_at) AS ts FROM watchdog_fires WHERE list_contains(?, engine) AND rank <> '' "
-        "GROUP BY engine, rank ORDER BY engine, ts, rank", [engines]))
     # ties (undated timeouts of a paste) by their lowest rank, then SeqNum: the order a rank's log prints them;
     # a SeqNum whose ranks name different ops: the lowest rank's
     torch = _by_engine(q(
@@ -156,24 +151,15 @@ def gather_all(store: Store, engines: list[str]) -> dict[str, Evidence]:
         "list(DISTINCT rank ORDER BY rank) AS ranks, min(ts) AS ts, min(rank) AS first_rank FROM collectives "
         "WHERE list_contains(?, engine) AND source = 'torch_nccl' GROUP BY engine, pg, seq) "
         "ORDER BY engine, ts, first_rank, seq, pg", [engines]))
-    stacks = _by_engine(q(
-        "SELECT engine, rank, collective, call_site, thread_state FROM (SELECT *, rowid AS rid, max(capture) OVER "
-        "(PARTITION BY engine) AS latest FROM rank_collectives WHERE list_contains(?, engine)) "
-        "WHERE capture = latest ORDER BY rid", [engines]))
     native = capture_advice.native_frames(store, engines)
     gpu = {r["engine"]: r["n"] for r in q(
         "SELECT engine, count(*) AS n FROM gpu_samples WHERE list_contains(?, engine) GROUP BY engine", [engines])}
-    probes = _by_engine(q("SELECT engine, path, n, basis FROM probes WHERE list_contains(?, engine) "
-                          "ORDER BY engine, n DESC, rowid", [engines]))
     nccl_debug = {r["engine"]: r["n"] for r in q(
         "SELECT engine, count(*) AS n FROM events WHERE list_contains(?, engine) AND kind = 'nccl_debug' "
         "GROUP BY engine", [engines])}
     world: dict[str, int | None] = {}
     for r in q("SELECT engine, tp_size FROM engine_facts WHERE list_contains(?, engine)", [engines]):
         world.setdefault(r["engine"], r["tp_size"])
-    commands = capture_advice.next_capture_commands(store, engines, native)
-    snapshots = _by_engine(q("SELECT * FROM snapshot_facts WHERE list_contains(?, engine) AND status <> 'unknown' "
-                             "ORDER BY engine, rowid", [engines]), keep=True)
     deaths = _by_engine(q(
         # a traceback pasted without its log line speaks through its exception line
         """SELECT engine, kind, rank, ts, message FROM (
@@ -184,9 +170,41 @@ def gather_all(store: Store, engines: list[str]) -> dict[str, Evidence]:
              FROM events WHERE list_contains(?, engine) AND (kind IN (SELECT unnest(?))
                OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck'))))
            WHERE n <= 3 ORDER BY engine, n""", [engines, list(DEATH_KINDS)]))
-    jobs = rank_deaths.gather_all(store, engines, ranks)
-    reporters = reporter_facts.gather_all(store, engines)
-    vllm_set = vllm_summary.vllm_engines(store, engines)
+    return {"files": files, "unparsed": unparsed, "span": span, "ranks": ranks, "n_progress": n_progress,
+            "last_progress": last_progress, "torch": torch, "native": native, "gpu": gpu, "nccl_debug": nccl_debug,
+            "world": world, "deaths": deaths, "jobs": rank_deaths.gather_all(store, engines, ranks),
+            "reporters": reporter_facts.gather_all(store, engines),
+            "vllm_set": vllm_summary.vllm_engines(store, engines)}
+
+
+def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None = None) -> dict[str, Evidence]:
+    """Every engine's evidence, queried once for all of ``engines`` (a fixed number of queries, grouped by
+    engine in Python): engine -> Evidence.  ``evidence``: what ``gather_evidence`` read already.  Ties of a
+    sort key are broken by stored order (rowid) or file position, so that no order depends on DuckDB's
+    threads."""
+    q = store.query
+    pre = evidence if evidence is not None else gather_evidence(store, engines)
+    files, unparsed, span, ranks = pre["files"], pre["unparsed"], pre["span"], pre["ranks"]
+    n_progress, last_progress, torch, native = pre["n_progress"], pre["last_progress"], pre["torch"], pre["native"]
+    gpu, nccl_debug, world, deaths, jobs = pre["gpu"], pre["nccl_debug"], pre["world"], pre["deaths"], pre["jobs"]
+    reporters, vllm_set = pre["reporters"], pre["vllm_set"]
+    findings = _by_engine(q("SELECT * FROM findings WHERE list_contains(?, engine) ORDER BY engine, ts NULLS LAST, rowid",
+                            [engines]), keep=True)
+    stalls = {e: rows[0] for e, rows in _by_engine(q(
+        "SELECT * FROM stalls WHERE list_contains(?, engine) ORDER BY engine, onset DESC, rowid", [engines]),
+        keep=True).items()}
+    watchdogs = _by_engine(q(
+        "SELECT engine, rank, min(fired_at) AS ts FROM watchdog_fires WHERE list_contains(?, engine) AND rank <> '' "
+        "GROUP BY engine, rank ORDER BY engine, ts, rank", [engines]))
+    stacks = _by_engine(q(
+        "SELECT engine, rank, collective, call_site, thread_state FROM (SELECT *, rowid AS rid, max(capture) OVER "
+        "(PARTITION BY engine) AS latest FROM rank_collectives WHERE list_contains(?, engine)) "
+        "WHERE capture = latest ORDER BY rid", [engines]))
+    probes = _by_engine(q("SELECT engine, path, n, basis FROM probes WHERE list_contains(?, engine) "
+                          "ORDER BY engine, n DESC, rowid", [engines]))
+    commands = capture_advice.next_capture_commands(store, engines, native)
+    snapshots = _by_engine(q("SELECT * FROM snapshot_facts WHERE list_contains(?, engine) AND status <> 'unknown' "
+                             "ORDER BY engine, rowid", [engines]), keep=True)
     vllm = vllm_summary.gather_all(store, [e for e in engines if e in vllm_set],
                                    {e: stalls.get(e) for e in engines if e in vllm_set}) if vllm_set else {}
     out: dict[str, Evidence] = {}
