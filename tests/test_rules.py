@@ -298,3 +298,36 @@ def test_a_model_built_beside_that_fails_stops_the_analysis_and_the_next_one_red
         again = F.run_rules(store)
         assert [(f["rule"], f["title"], f["ts"]) for f in again] == [(f["rule"], f["title"], f["ts"]) for f in first]
         assert not store.query("SELECT * FROM engine_state WHERE analyzed_version < data_version")
+
+
+def test_rules_that_read_only_what_every_connection_sees_run_beside_with_the_same_findings(tmp_path, log: LogWriter,
+                                                                                        monkeypatch):
+    """Rules that read neither a view the analysis reads once into its own temporary tables nor the signatures
+    it has just written (not even through a view) run on a second connection: the findings are those of every
+    rule run on the analysis's own connection."""
+    import dataclasses
+
+    from hangforensics.analysis import findings as F
+    from hangforensics.ingest.pipeline import ingest_paths
+    from hangforensics.store import Store, views
+
+    rule = load_rules()[0]
+    assert F._may_run_beside(dataclasses.replace(rule, sql="SELECT engine FROM stalls"))
+    assert not F._may_run_beside(dataclasses.replace(rule, sql="select engine from watchdog_fires"))
+    assert not F._may_run_beside(dataclasses.replace(rule, sql="SELECT * FROM x JOIN signature_matches s USING (engine)"))
+    monkeypatch.setitem(views.VIEWS, "fires_again", "SELECT engine FROM watchdog_fires")
+    assert not F._may_run_beside(dataclasses.replace(rule, sql="WITH a AS (SELECT * FROM fires_again) SELECT * FROM a"))
+    monkeypatch.delitem(views.VIEWS, "fires_again")
+    assert {r.id for r in load_rules() if not F._may_run_beside(r)} >= {"watchdog-kill", "known-signature"}
+
+    log.startup().traffic(10, 120).posts(122, 430).probes(125, 430)
+    for r in range(4):
+        log.watchdog(425, f"TP{r}")
+    folder = log.write(tmp_path / "e1")
+    with Store(tmp_path / "f.duckdb") as store:
+        ingest_paths(store, [folder])
+        beside = F.run_rules(store)
+        monkeypatch.setattr(F, "_may_run_beside", lambda rule: False)
+        here = F.run_rules(store)
+    assert len({f["rule"] for f in beside}) >= 3
+    assert [dict(f, finding_id=None) for f in beside] == [dict(f, finding_id=None) for f in here]

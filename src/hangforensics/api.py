@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from .analysis.rules import Rule, load_rules
 from .errors import InputError, translate_disk_errors
 from .ingest import fork_server
-from .readers.layout import Workspace
 from .terminal_progress import ProgressBar
 
 if TYPE_CHECKING:
@@ -71,6 +70,8 @@ def report(path: Path, out: Path, db: Path | None = None, json_out: Path | None 
     if out.exists() and out.is_dir():
         raise InputError(f"--output {out} is a directory")
     jobs = os.cpu_count() or 1
+    from .readers.layout import Workspace  # (its sniffers' regexes: not for an ingest before its fork server)
+
     with tempfile.TemporaryDirectory(prefix="hangforensics-") as tmp, Workspace() as ws, \
             fork_server.started_early([Path(path)], jobs):
         from .ingest.pipeline import ingest_paths

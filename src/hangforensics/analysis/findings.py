@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
@@ -62,8 +63,14 @@ def _judge(store: Store, rules: list[Rule], engines: list[str], show_payloads: b
            summaries: Any, read: dict[str, Any], main_stacks: dict[str, Any]) -> list[dict[str, Any]]:
     """The signatures, every rule, the findings stored and the engines summarised (``run_rules``, after the
     models the rules read; ``read``, ``main_stacks``: what they read of the evidence, read already)."""
-    signatures.rebuild(store, engines, main_stacks)
-    found = [_finding(rule, r, show_payloads) for rule, rows in _all_rule_rows(store, rules, engines) for r in rows]
+    # the rules that read only what every connection sees run beside the signatures and the other rules
+    there = [rule for rule in rules if _may_run_beside(rule)]
+    beside_rows: list[tuple[Rule, list[dict[str, Any]]]] = []
+    with beside(store, lambda other: beside_rows.extend(_all_rule_rows(other, there, engines))):
+        signatures.rebuild(store, engines, main_stacks)
+        here_rows = _all_rule_rows(store, [rule for rule in rules if rule not in there], engines)
+    rows_of = {id(rule): rows for rule, rows in here_rows + beside_rows}
+    found = [_finding(rule, r, show_payloads) for rule in rules for r in rows_of[id(rule)]]
     # (what they say breaks the ties: two undated findings of one rule are numbered the same way on any
     # number of DuckDB threads)
     found.sort(key=lambda f: (f["engine"], SEVERITY_RANK[f["severity"]], f["ts"] or datetime.max, f["rule"],
@@ -154,6 +161,29 @@ def _all_rule_rows(store: Store, rules: list[Rule], engines: list[str]) -> list[
     for r in rows:
         by_rule[r.pop("_hf_rule")].append(r)
     return list(zip(rules, by_rule, strict=True))
+
+
+# What a rule run on a second connection cannot read: the views an analysis reads once into temporary tables of
+# its own connection, and the model written in its transaction just before the rules.
+_HERE_ONLY = (*READ_ONCE, "signature_matches")
+
+
+def _may_run_beside(rule: Rule) -> bool:
+    """Whether ``rule`` reads nothing of _HERE_ONLY, through the views it reads either."""
+    return not (reads(rule.sql) & set(_HERE_ONLY))
+
+
+def reads(sql: str, seen: frozenset[str] = frozenset()) -> set[str]:
+    """The tables and views ``sql`` reads, and those the views it reads read (its own CTEs left out)."""
+    from ..store.views import VIEWS
+
+    ctes = {n.lower() for n in re.findall(r"\b(\w+)\s+AS\s*\(", sql, re.I)}
+    out: set[str] = set()
+    for name in {n.lower() for n in re.findall(r"\b(?:FROM|JOIN)\s+(\w+)", sql, re.I)} - ctes - seen:
+        out.add(name)
+        if name in VIEWS:
+            out |= reads(VIEWS[name], seen | {name})
+    return out
 
 
 def _rule_rows(store: Store, rule: Rule, engines: list[str]) -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .jobs import SPLIT_MIN_BYTES
+# A plain log this large is read in byte ranges by several processes (and by the compiled scanner).  Here, not
+# in ``jobs``: an ingest decides from it whether to start this server before it imports anything else.
+SPLIT_MIN_BYTES = 128 * 1024 * 1024
 
 SCANNER_PRELOAD = "hangforensics.ingest.preload_scanner"
 WORKER_PRELOAD = "hangforensics.ingest.worker"

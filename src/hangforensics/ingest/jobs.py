@@ -9,9 +9,7 @@ from typing import Any
 
 from ..readers.envelopes import EnvelopeStack
 from ..readers.logfile import ReadNotes
-
-# A plain log this large is read in byte ranges by several processes (and by the compiled scanner).
-SPLIT_MIN_BYTES = 128 * 1024 * 1024
+from .fork_server import SPLIT_MIN_BYTES  # noqa: F401 (defined where the lightest module can read it)
 
 
 @dataclass
