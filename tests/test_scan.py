@@ -200,3 +200,71 @@ def test_parallel_and_serial_scans_agree(tmp_path: Path):
     assert res.ingest.files_read == 12
     assert counts(tmp_path / "serial.duckdb") == counts(tmp_path / "parallel.duckdb")
     assert os.path.exists(tmp_path / "parallel.duckdb")
+
+
+def _copied_dump_fleet(tmp_path: Path) -> Path:
+    """A stalled engine whose gdb dump was saved twice under two names (the same bytes)."""
+    fleet = small_fleet(tmp_path)
+    dump = (REPO / "tests" / "data" / "stacks" / "gdb_bt_one_thread.txt").read_bytes()
+    for name in ("gdb-tp0.txt", "gdb-tp0-again.txt"):
+        (fleet / "gpu1-stalled" / name).write_bytes(dump)
+    return fleet
+
+
+def _manifest(db: Path) -> list[tuple]:
+    with Store(db) as st:
+        return [tuple(r.values()) for r in st.query("SELECT path, kind, status FROM sources ORDER BY path, status")]
+
+
+def test_a_file_recorded_as_a_copy_stays_one_on_a_rescan_and_after_a_stopped_scan(tmp_path: Path):
+    """A file with another file's content is recorded as a copy and not read.  An unchanged rescan reads
+    nothing and re-analyses nothing (the copy is not read as a file of its own then), and a scan stopped after
+    it recorded the copy but before it loaded the original leaves one copy row, not two, once completed."""
+    fleet = _copied_dump_fleet(tmp_path)
+    db = tmp_path / "f.duckdb"
+    scan(fleet, db, jobs=1)
+    first = _manifest(db)
+    assert sum(1 for _, _, status in first if status.startswith("duplicate of")) == 1
+    again = scan(fleet, db, jobs=1)
+    assert again.ingest.files_read == 0 and again.analyzed == []
+    assert _manifest(db) == first
+    # as a scan killed after recording the copy, before loading its original: the original's row and rows gone
+    from hangforensics.ingest.load import forget_source
+    with Store(db) as st:
+        original = st.query("SELECT * FROM sources WHERE source_id = (SELECT source_id FROM sources "
+                            "WHERE path LIKE '%gdb-tp0%' AND status = 'ok')")[0]
+        with st.transaction():
+            forget_source(st, original)
+            st.con.execute("DELETE FROM sources WHERE source_id = ?", [original["source_id"]])
+    done = scan(fleet, db, jobs=1)
+    assert done.ingest.files_read == 1
+    assert _manifest(db) == first
+
+
+def test_after_load_passes_a_stopped_ingest_owed_run_at_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The passes after loading (here: a two-node engine's clocks aligned) run for the engines an ingest
+    changed; stopped between its loads and those passes, the next ingest (which finds the files unchanged)
+    still runs them, and its findings are those of a scan never stopped."""
+    from hangforensics.ingest import pipeline
+
+    fleet = REPO / "tests" / "data" / "variants" / "fleet"
+    clean = tmp_path / "clean.duckdb"
+    clean_doc = scan(fleet, clean, jobs=1).document
+    db = tmp_path / "stopped.duckdb"
+    run = pipeline.after_load
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "after_load", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        scan(fleet, db, jobs=1)
+    monkeypatch.setattr(pipeline, "after_load", run)
+    res = scan(fleet, db, jobs=1)
+    assert res.ingest.files_read == 0
+    assert res.document["findings"] == clean_doc["findings"]
+    with Store(db) as st, Store(clean) as cl:
+        offsets = "SELECT path, clock_offset_s FROM sources ORDER BY path"
+        assert st.query(offsets) == cl.query(offsets)
+        assert any(r["clock_offset_s"] for r in st.query(offsets))
+        assert st.scalar("SELECT count(*) FROM meta WHERE key = 'after_load_owed'") == 0

@@ -8,6 +8,7 @@ mapping and clock alignment (``clock``).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -170,6 +171,22 @@ def after_load(store: Store, engines: list[str]) -> None:
                 step(store, engine)
 
 
+# meta: the engines whose after-load passes an ingest owes (a JSON list)
+AFTER_LOAD_OWED = "after_load_owed"
+
+
+def _owed_after_load(store: Store) -> set[str]:
+    value = store.scalar("SELECT value FROM meta WHERE key = ?", [AFTER_LOAD_OWED])
+    return set(json.loads(value)) if value else set()
+
+
+def _owe_after_load(store: Store, engines: set[str]) -> None:
+    if engines:
+        store.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [AFTER_LOAD_OWED, json.dumps(sorted(engines))])
+    else:
+        store.con.execute("DELETE FROM meta WHERE key = ?", [AFTER_LOAD_OWED])
+
+
 def ingest_paths(store: Store, paths: list[Path], mode: str = "auto", progress: ProgressBar | None = None,
                  workspace: Workspace | None = None, jobs: int = 1, hold_live_tail: bool = True) -> list[IngestResult]:
     """Ingest each PATH (engine folder, fleet folder, single file or archive) into ``store``.
@@ -209,6 +226,12 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
     res.bytes = sum(p.st.st_size for p in plans if p.action != "vanished")
     prog.start("ingest", total_bytes=sum(p.st.st_size for p in work), total_items=len(work))
     changed: set[str] = {p.file.engine for p in plans if p.action in ("duplicate", "vanished", "unreadable")}
+    # the engines whose after-load passes this ingest owes, recorded before their files load: an ingest
+    # killed before the passes ran leaves them owed, and the next one runs them (its files are unchanged then)
+    owed = _owed_after_load(store)
+    touched = {p.file.engine for p in plans if p.action != "skip"}
+    if touched - owed:
+        _owe_after_load(store, owed | touched)
     for p in plans:
         if p.action == "skip":
             res.files_skipped += 1
@@ -233,7 +256,9 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
             if outcome.status.startswith("error"):
                 res.failed.append(f"{p.file.rel_path}: {outcome.status}")
     res.parse_tasks = executor.tasks
-    after_load(store, sorted(changed))
+    after_load(store, sorted(changed | owed))
+    if owed | touched:
+        _owe_after_load(store, set())
     res.changed_engines = sorted(changed)
     prog.finish(f"{res.files_read} files read, {res.files_skipped} unchanged, {res.lines} lines")
     return res

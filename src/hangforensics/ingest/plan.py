@@ -106,6 +106,9 @@ class _Planner:
         self.hold_live_tail = hold_live_tail
         self.rows = {r["abs_path"]: r for r in store.query(
             "SELECT * FROM sources WHERE status NOT LIKE 'duplicate%'")}
+        # files recorded as copies of another (their rows hold no data)
+        self.duplicates = {r["abs_path"]: r for r in store.query(
+            "SELECT * FROM sources WHERE status LIKE 'duplicate%'")}
         self.current = {str(f.abs_path) for f in files}
         self.claimed: set[str] = set()          # abs_paths of manifest rows a current file continues
         self.plans: list[Plan] = []
@@ -117,6 +120,11 @@ class _Planner:
         except OSError as e:
             raise InputError(f"cannot read {f.rel_path}: {e.strerror or e}") from e
         prev = self.rows.get(str(f.abs_path))
+        dup = self.duplicates.get(str(f.abs_path)) if prev is None else None
+        if dup is not None and _unchanged(dup, st) and self._original_here(dup):
+            # a copy, unchanged, of a file still here: a copy still (read, its rows would count twice)
+            self.plans.append(Plan(f, "skip", dup["kind"], st, dup["head_hash"], bool(dup["compressed"]), dup))
+            return None
         if prev is not None and prev["status"] in ("ok", "vanished") and _unchanged(prev, st) \
                 and not _tail_due(prev, st, self.hold_live_tail):
             # same size and mtime as when it was read: a stat is all an unchanged file costs
@@ -141,6 +149,14 @@ class _Planner:
         self.plans.append(probe.plan(action, prev))
         return None
 
+    def _original_here(self, dup: dict) -> bool:
+        """Whether the file a copy was recorded as a copy of is among the files planned now, with the head it had
+        then (or not loaded yet: an ingest stopped before it loaded)."""
+        root = dup["abs_path"][:len(dup["abs_path"]) - len(dup["path"])]
+        original = root + dup["status"].removeprefix("duplicate of ")
+        row = self.rows.get(original)
+        return original in self.current and (row is None or row["head_hash"] == dup["head_hash"])
+
     def claim_renames(self, pending: list[_Probe]) -> dict[int, dict]:
         """Renames (rotation, compression) claim the manifest rows whose content they continue."""
         renamed: dict[int, dict] = {}
@@ -159,7 +175,8 @@ class _Planner:
         """Everything else is read, unless the same content is being read under another name."""
         seen_hash: dict[tuple[str, str], str] = {}
         for idx, pr in enumerate(pending):
-            old = self.rows.get(str(pr.file.abs_path))
+            # (a copy recorded before is its row: replaced, not left beside a new one)
+            old = self.rows.get(str(pr.file.abs_path)) or self.duplicates.get(str(pr.file.abs_path))
             if old is not None and (old["abs_path"] in self.claimed and renamed.get(idx) is not old):
                 old = None                 # its rows moved with a rename: nothing of this name to forget
             if idx in renamed:
