@@ -236,16 +236,10 @@ def test_rules_run_together_give_each_rule_its_rows_and_a_broken_one_is_named(tm
 
     from hangforensics.analysis import findings as F
     from hangforensics.errors import RuleError
-    from hangforensics.ingest.pipeline import ingest_paths
     from hangforensics.store import Store
 
-    log.startup().traffic(10, 120).posts(122, 430).probes(125, 430)
-    for r in range(4):
-        log.watchdog(425, f"TP{r}")
-    folder = log.write(tmp_path / "e1")
-    db = tmp_path / "f.duckdb"
+    db = _watchdog_stall_db(tmp_path, log)
     with Store(db) as store:
-        ingest_paths(store, [folder])
         F.run_rules(store)
     rules = load_rules()
     with Store(db) as store:
@@ -271,15 +265,9 @@ def test_a_model_built_beside_that_fails_stops_the_analysis_and_the_next_one_red
 
     from hangforensics.analysis import findings as F
     from hangforensics.analysis.stacks import stackclasses
-    from hangforensics.ingest.pipeline import ingest_paths
     from hangforensics.store import Store
 
-    log.startup().traffic(10, 120).posts(122, 430).probes(125, 430)
-    for r in range(4):
-        log.watchdog(425, f"TP{r}")
-    folder = log.write(tmp_path / "e1")
-    with Store(tmp_path / "f.duckdb") as store:
-        ingest_paths(store, [folder])
+    with Store(_watchdog_stall_db(tmp_path, log)) as store:
         first = F.run_rules(store)
         assert first
         store.con.execute("UPDATE engine_state SET data_version = data_version + 1")     # new data came
@@ -308,7 +296,6 @@ def test_rules_that_read_only_what_every_connection_sees_run_beside_with_the_sam
     import dataclasses
 
     from hangforensics.analysis import findings as F
-    from hangforensics.ingest.pipeline import ingest_paths
     from hangforensics.store import Store, views
 
     rule = load_rules()[0]
@@ -320,14 +307,24 @@ def test_rules_that_read_only_what_every_connection_sees_run_beside_with_the_sam
     monkeypatch.delitem(views.VIEWS, "fires_again")
     assert {r.id for r in load_rules() if not F._may_run_beside(r)} >= {"watchdog-kill", "known-signature"}
 
-    log.startup().traffic(10, 120).posts(122, 430).probes(125, 430)
-    for r in range(4):
-        log.watchdog(425, f"TP{r}")
-    folder = log.write(tmp_path / "e1")
-    with Store(tmp_path / "f.duckdb") as store:
-        ingest_paths(store, [folder])
+    with Store(_watchdog_stall_db(tmp_path, log)) as store:
         beside = F.run_rules(store)
         monkeypatch.setattr(F, "_may_run_beside", lambda rule: False)
         here = F.run_rules(store)
     assert len({f["rule"] for f in beside}) >= 3
     assert [dict(f, finding_id=None) for f in beside] == [dict(f, finding_id=None) for f in here]
+
+
+def _watchdog_stall_db(tmp_path, log: LogWriter):
+    """A database of one engine whose four ranks' watchdogs fire in a stall while requests arrive."""
+    from hangforensics.ingest.pipeline import ingest_paths
+    from hangforensics.store import Store
+
+    log.startup().traffic(10, 120).posts(122, 430).probes(125, 430)
+    for r in range(4):
+        log.watchdog(425, f"TP{r}")
+    folder = log.write(tmp_path / "e1")
+    db = tmp_path / "f.duckdb"
+    with Store(db) as store:
+        ingest_paths(store, [folder])
+    return db
