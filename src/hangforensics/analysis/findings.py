@@ -38,14 +38,14 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
     main_stacks: dict[str, Any] = {}
 
     def stacks_and_collectives(other: Store) -> None:
-        with other.transaction(), _read_once(other, ("collectives",)):
+        with other.transaction(), _read_once(other, tuple(v for v in READ_ONCE if v in BESIDE_ONCE)):
             collectives.rebuild(other, engines)
             main_stacks.update(stackclasses.main_stacks_of(other, engines))
             stackclasses.rebuild(other, engines, main_stacks)
             snapshots.rebuild(other, engines)      # after the rank classes: it confirms or adds desyncs
             read.update(summaries.gather_evidence(other, engines))
 
-    with _read_once(store, READ_ONCE):
+    with _read_once(store, _here_once()):
         # Two chains of models that read only the evidence, on two connections at once: the progress models
         # here, the collectives' and the stacks' beside them, and what the summaries read of the evidence
         # (DuckDB runs one chain's queries while the other's Python judges).  Each commits its own tables; the
@@ -129,6 +129,13 @@ def load_models() -> tuple[Any, ...]:
 # every view built on them) then reads in place of the view.  Only views of the evidence tables, which an
 # analysis does not write.
 READ_ONCE = ("watchdog_fires", "collectives")
+# ... on the connection whose models read them several times: the collectives on the second one (the
+# collectives' model, the summaries' evidence); here the signatures read that view once, as the view
+BESIDE_ONCE = ("collectives",)
+
+
+def _here_once() -> tuple[str, ...]:
+    return tuple(v for v in READ_ONCE if v not in BESIDE_ONCE)
 
 
 @contextlib.contextmanager
@@ -163,14 +170,11 @@ def _all_rule_rows(store: Store, rules: list[Rule], engines: list[str]) -> list[
     return list(zip(rules, by_rule, strict=True))
 
 
-# What a rule run on a second connection cannot read: the views an analysis reads once into temporary tables of
-# its own connection, and the model written in its transaction just before the rules.
-_HERE_ONLY = (*READ_ONCE, "signature_matches")
-
-
 def _may_run_beside(rule: Rule) -> bool:
-    """Whether ``rule`` reads nothing of _HERE_ONLY, through the views it reads either."""
-    return not (reads(rule.sql) & set(_HERE_ONLY))
+    """Whether ``rule`` reads nothing a rule run on a second connection cannot (through the views it reads
+    either): the views read once into this connection's temporary tables, and the model written in its
+    transaction just before the rules."""
+    return not (reads(rule.sql) & {*_here_once(), "signature_matches"})
 
 
 def reads(sql: str, seen: frozenset[str] = frozenset()) -> set[str]:
