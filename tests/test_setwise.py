@@ -223,8 +223,9 @@ def test_the_after_load_passes_skip_only_engines_with_nothing_to_do(corpus: Path
     found = tmp_path / "found.duckdb"
     with Store(found) as st:
         ingest_paths(st, [corpus], mode="fleet")
-    every = [(step, "SELECT engine FROM sources") for step, _ in pipeline._AFTER_LOAD]
-    monkeypatch.setattr(pipeline, "_AFTER_LOAD", every)
+    for chain in ("_STACK_PASSES", "_CLOCK_PASSES"):
+        monkeypatch.setattr(pipeline, chain, [(step, "SELECT engine FROM sources")
+                                              for step, _ in getattr(pipeline, chain)])
     forced = tmp_path / "forced.duckdb"
     with Store(forced) as st:
         ingest_paths(st, [corpus], mode="fleet")

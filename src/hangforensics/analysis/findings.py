@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +15,7 @@ from ..errors import RuleError
 from ..ranks import rank_key
 from ..redaction import redact_payloads
 from ..store import Store
+from ..store.database import beside
 from .rules import SEVERITY_RANK, Rule, load_rules
 
 
@@ -84,32 +85,6 @@ def _judge(store: Store, rules: list[Rule], engines: list[str], show_payloads: b
                       [engines])
     store.con.execute("INSERT OR REPLACE INTO meta VALUES ('payloads', ?)", ["shown" if show_payloads else "redacted"])
     return found
-
-
-@contextlib.contextmanager
-def beside(store: Store, work: Callable[[Store], None]) -> Iterator[None]:
-    """``work`` run on a second connection to the store's database (``Store.sibling``) in another thread while
-    the block runs; its error, if any, raised once both are done."""
-    import threading
-
-    other = store.sibling()
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work(other)
-        except BaseException as e:      # noqa: BLE001 (raised in the caller's thread)
-            failed.append(e)
-
-    thread = threading.Thread(target=run, name="hangforensics-beside")
-    thread.start()
-    try:
-        yield
-    finally:
-        thread.join()
-        other.close()
-    if failed:
-        raise failed[0]
 
 
 def load_models() -> tuple[Any, ...]:

@@ -18,6 +18,7 @@ from ..parsers.stacks.pyspy import CONTINUATION_TID
 from ..parsers.stacks.stackrows import ranks_from_pids
 from ..readers.layout import EvidenceFile, Workspace
 from ..store import Store
+from ..store.database import beside
 from ..terminal_progress import ProgressBar
 from . import fork_server
 from .clock import (
@@ -132,13 +133,17 @@ def _loader_settings(store: Store) -> Iterator[None]:
 # run per engine costs some 5 ms of queries even when it finds nothing (a fleet of thousands of engines).
 # Each pass touches only its own engine's rows, so running one pass over every engine before the next is the
 # same as running every pass engine by engine.
-_AFTER_LOAD = [
+# The stacks' passes (stacks, frames, process samples) and the clocks' (sources' offsets, the times of events
+# and access lines printed without one): two chains, each in its order, neither reading what the other writes.
+_STACK_PASSES = [
     # before ranks: moved threads take the first part's pid
     (join_parts, f"""SELECT engine FROM t_stacks WHERE thread_id = '{CONTINUATION_TID}'
                      AND fragment = 'continuation' AND pid IS NULL AND COALESCE(process_title, '') = ''
                      UNION SELECT engine FROM stack_joins"""),
     (ranks_from_pids, "SELECT engine FROM t_stacks WHERE rank = '' AND capture = 'standalone' AND pid IS NOT NULL"),
     (rank_snapshots, "SELECT engine FROM process_samples WHERE rank IS NULL"),
+]
+_CLOCK_PASSES = [
     (align_engine_clocks, """SELECT engine FROM sources WHERE kind = 'server_log' AND status = 'ok'
                              GROUP BY engine HAVING count(DISTINCT COALESCE(node, chr(0))) >= 2"""),
     (align_envelope_times, f"""SELECT engine FROM t_http_requests JOIN sources USING (source_id) WHERE ts IS NULL
@@ -147,6 +152,7 @@ _AFTER_LOAD = [
     # after the logs: it aligns to their clock
     (align_flight_recorder, "SELECT engine FROM sources WHERE kind = 'flight_recorder'"),
 ]
+_AFTER_LOAD = _STACK_PASSES + _CLOCK_PASSES
 
 
 # Passes that take all their engines at once (one statement per step, not per engine; the node clocks: their
@@ -156,10 +162,17 @@ _SETWISE = {align_envelope_times: align_envelope_times_all, align_engine_clocks:
 
 
 def after_load(store: Store, engines: list[str]) -> None:
-    """Join dump parts, map pids to ranks, align clocks: each pass for the engines it has work in."""
+    """Join dump parts, map pids to ranks, align clocks: each pass for the engines it has work in.  The two
+    chains (the stacks' passes, the clocks') touch different tables and read nothing the other writes: they
+    run at once, the clocks on a second connection (``beside``: 0.15 -> 0.08 s of a 300 MB fleet's scan)."""
     if not engines:
         return
-    for step, needs in _AFTER_LOAD:
+    with beside(store, lambda other: _passes(other, _CLOCK_PASSES, engines)):
+        _passes(store, _STACK_PASSES, engines)
+
+
+def _passes(store: Store, passes: list[tuple[Callable[..., Any], str]], engines: list[str]) -> None:
+    for step, needs in passes:
         todo = {r[0] for r in store.con.execute(
             f"SELECT DISTINCT engine FROM ({needs}) WHERE list_contains(?, engine)", [engines]).fetchall()}
         if step in _SETWISE:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,27 @@ class Store:
 
 def _first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+@contextlib.contextmanager
+def beside(store: Store, work: Callable[[Store], None]) -> Iterator[None]:
+    """``work`` run on a second connection to the store's database (``Store.sibling``) in another thread while
+    the block runs; its error, if any, raised once both are done."""
+    other = store.sibling()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work(other)
+        except BaseException as e:      # noqa: BLE001 (raised in the caller's thread)
+            failed.append(e)
+
+    thread = threading.Thread(target=run, name="hangforensics-beside")
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+        other.close()
+    if failed:
+        raise failed[0]
