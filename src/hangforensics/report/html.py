@@ -253,13 +253,14 @@ def timeline(window: Window, stall: dict | None, freeze: dict | None, fs: list[d
     # progress: batch lines, or vLLM stats lines with generation throughput (one row per engine core)
     ranks = sorted(kinds, key=rank_key)
     peak = max((c["n"] for c in counts), default=1)
+    by_rank: dict[Any, list[dict[str, Any]]] = {}
+    for c in counts:
+        by_rank.setdefault(c["rank"], []).append(c)
     rows = []
     for i, rank in enumerate(ranks):
         y = 30 + i * ROW_H
         bars = []
-        for c in counts:
-            if c["rank"] != rank:
-                continue
+        for c in by_rank.get(rank, ()):
             h = max(2.0, (ROW_H - 8) * math.log1p(c["n"]) / math.log1p(peak))
             bars.append((round(LABEL_W + TIMELINE_W * c["b"] / BUCKETS, 1), round(y + ROW_H - 4 - h, 1),
                          max(1.0, round(TIMELINE_W / BUCKETS - 0.5, 1)), round(h, 1), c["n"]))
