@@ -6,6 +6,7 @@ report its engine's own queries would have built."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,6 +15,7 @@ from typing import Any
 from ..analysis.collectives.collectives import EngineContext
 from ..analysis.progress.probes import PROBE_PATHS
 from ..store import Store
+from ..store.database import beside
 
 Rows = list[dict[str, Any]]
 
@@ -69,6 +71,15 @@ class ReportData:
     def read(cls, store: Store, engines: list[str]) -> ReportData:
         e = {"e": list(dict.fromkeys(engines))}
         where = "list_contains($e, engine)"
+        # what reads the progress lines and the collectives (the costliest reads), on a second connection
+        # while this one reads the rest
+        beside_read: dict[str, Any] = {}
+        with beside(store, lambda other: beside_read.update(_progress_and_collectives(other, e))):
+            data = cls._read(store, e, where)
+        return dataclasses.replace(data, **beside_read)
+
+    @classmethod
+    def _read(cls, store: Store, e: dict[str, list[str]], where: str) -> ReportData:
         procs: dict[str, dict[tuple[int, str], dict[str, Any]]] = defaultdict(dict)
         # per engine: (rank-class capture, rank) -> the /proc facts of the round its dump was taken in, and
         # its snapshot status; a repeated key keeps the later row, as the per-engine dict did
@@ -93,14 +104,6 @@ class ReportData:
         summaries: dict[str, dict[str, Any]] = {}
         for r in store.query(f"SELECT * FROM engine_summaries WHERE {where}", e):
             summaries.setdefault(r["engine"], r)        # the first row, as rows[0] took
-        collectives = _by(store.query(
-            "SELECT engine, source, rank, pg_rank, pg, pg_desc, pg_ranks, seq, seq_kind, op, state, ts "
-            f"FROM collectives WHERE {where} AND source <> 'desync_report' AND seq_kind <> 'p2p' "
-            "ORDER BY engine, source, pg, seq", e), "engine")
-        kinds: dict[str, dict[str, str]] = defaultdict(dict)
-        for r in store.query(f"SELECT engine, rank, max(batch_kind) AS k FROM progress WHERE {where} "
-                             "GROUP BY engine, rank", e):
-            kinds[r["engine"]][r["rank"]] = r["k"]
         return cls(
             stalls=_by(store.query(f"SELECT * FROM stalls WHERE {where} ORDER BY engine, onset DESC", e),
                        "engine", drop=False),
@@ -126,16 +129,32 @@ class ReportData:
             failures=_by(store.query(
                 f"SELECT engine, capture_id, what, reason, file, skipped FROM capture_failures WHERE {where} "
                 "ORDER BY engine, capture_id, skipped, line", e), "engine", "capture_id"),
-            collectives=collectives,
+            collectives={}, contexts={}, spans={}, progress_kinds={},      # (read beside: read())
             verdicts=_by(store.query(f"SELECT * FROM collective_verdicts WHERE {where}", e), "engine", drop=False),
-            contexts=EngineContext.of_many(store, list(collectives)),
-            spans={r["engine"]: (r["a"], r["b"]) for r in store.query(
-                "SELECT engine, min(ts) AS a, max(ts) AS b FROM ("
-                f"SELECT engine, ts FROM progress WHERE {where} UNION ALL "
-                f"SELECT engine, ts FROM http_requests WHERE {where} UNION ALL "
-                f"SELECT engine, ts FROM events WHERE {where}) GROUP BY engine", e) if r["a"] is not None},
-            progress_kinds=kinds,
         )
+
+
+def _progress_and_collectives(store: Store, e: dict[str, list[str]]) -> dict[str, Any]:
+    """``ReportData``'s collectives, engine contexts, time spans and progress kinds."""
+    where = "list_contains($e, engine)"
+    collectives = _by(store.query(
+        "SELECT engine, source, rank, pg_rank, pg, pg_desc, pg_ranks, seq, seq_kind, op, state, ts "
+        f"FROM collectives WHERE {where} AND source <> 'desync_report' AND seq_kind <> 'p2p' "
+        "ORDER BY engine, source, pg, seq", e), "engine")
+    kinds: dict[str, dict[str, str]] = defaultdict(dict)
+    for r in store.query(f"SELECT engine, rank, max(batch_kind) AS k FROM progress WHERE {where} "
+                         "GROUP BY engine, rank", e):
+        kinds[r["engine"]][r["rank"]] = r["k"]
+    return {
+        "collectives": collectives,
+        "contexts": EngineContext.of_many(store, list(collectives)),
+        "spans": {r["engine"]: (r["a"], r["b"]) for r in store.query(
+            "SELECT engine, min(ts) AS a, max(ts) AS b FROM ("
+            f"SELECT engine, ts FROM progress WHERE {where} UNION ALL "
+            f"SELECT engine, ts FROM http_requests WHERE {where} UNION ALL "
+            f"SELECT engine, ts FROM events WHERE {where}) GROUP BY engine", e) if r["a"] is not None},
+        "progress_kinds": kinds,
+    }
 
 
 def _window_params(windows: list[Window | None]) -> dict[str, list[Any]]:
