@@ -37,6 +37,7 @@ from ..readers.logfile import read_lines
 from ..redaction import redact_payloads, shorten
 from ..resources import data_dir
 from ..store import Store
+from ..store.database import beside
 from .capture_section import annotate_stacks, capture_sections, with_snapshots
 from .collective_panel import collective_panels
 from .data import ReportData, Window, dump_records, timeline_rows
@@ -427,9 +428,12 @@ def _sections(store: Store, data: ReportData, jobs: list[tuple[str, int | None, 
     stalls = [_first(data.stalls.get(e, []), seg) for e, seg, _ in jobs]
     freezes = [_first(data.freezes.get(e, []), seg) for e, seg, _ in jobs]
     windows = [timeline_window(e, data.spans.get(e), stall) for (e, _, _), stall in zip(jobs, stalls, strict=True)]
-    counts, probes = timeline_rows(store, [w[0] if w else None for w in windows])
-    texts = excerpts(store, data, [(e, {(ev["file"], ev["line"]) for f in fs for ev in (f["evidence"] or [])})
-                                   for e, _, fs in jobs], show_payloads)
+    wanted = [(e, {(ev["file"], ev["line"]) for f in fs for ev in (f["evidence"] or [])}) for e, _, fs in jobs]
+    texts: list[dict[tuple[str, int], str]] = []
+    # the quoted lines read from the files (and a Flight Recorder dump's entries from the store) beside the
+    # timelines' queries
+    with beside(store, lambda other: texts.extend(excerpts(other, data, wanted, show_payloads))):
+        counts, probes = timeline_rows(store, [w[0] if w else None for w in windows])
     sections = []
     for k, (engine, _, fs) in enumerate(jobs):
         stall, freeze, text = stalls[k], freezes[k], texts[k]
