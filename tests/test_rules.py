@@ -302,6 +302,8 @@ def test_rules_that_read_only_what_every_connection_sees_run_beside_with_the_sam
     assert F._may_run_beside(dataclasses.replace(rule, sql="SELECT engine FROM stalls"))
     assert not F._may_run_beside(dataclasses.replace(rule, sql="select engine from watchdog_fires"))
     assert not F._may_run_beside(dataclasses.replace(rule, sql="SELECT * FROM x JOIN signature_matches s USING (engine)"))
+    assert not F._may_run_beside(dataclasses.replace(      # a CTE that shadows the table it reads
+        rule, sql="WITH signature_matches AS (SELECT * FROM signature_matches) SELECT * FROM signature_matches"))
     monkeypatch.setitem(views.VIEWS, "fires_again", "SELECT engine FROM watchdog_fires")
     assert not F._may_run_beside(dataclasses.replace(rule, sql="WITH a AS (SELECT * FROM fires_again) SELECT * FROM a"))
     monkeypatch.delitem(views.VIEWS, "fires_again")

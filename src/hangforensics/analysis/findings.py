@@ -153,12 +153,12 @@ def _may_run_beside(rule: Rule) -> bool:
 
 
 def reads(sql: str, seen: frozenset[str] = frozenset()) -> set[str]:
-    """The tables and views ``sql`` reads, and those the views it reads read (its own CTEs left out)."""
+    """The tables and views ``sql`` reads, and those the views it reads read (a name its own CTEs take counts
+    too: an over-estimate, never a miss: a CTE may shadow the table it reads)."""
     from ..store.views import VIEWS
 
-    ctes = {n.lower() for n in re.findall(r"\b(\w+)\s+AS\s*\(", sql, re.I)}
     out: set[str] = set()
-    for name in {n.lower() for n in re.findall(r"\b(?:FROM|JOIN)\s+(\w+)", sql, re.I)} - ctes - seen:
+    for name in {n.lower() for n in re.findall(r"\b(?:FROM|JOIN)\s+(\w+)", sql, re.I)} - seen:
         out.add(name)
         if name in VIEWS:
             out |= reads(VIEWS[name], seen | {name})
