@@ -180,7 +180,7 @@ def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], s
     import numpy as np
     import polars as pl
 
-    from ..parsers.sglang.sglang_log import FileContext, files_facts, parse_chunk
+    from ..parsers.sglang.sglang_log import FileContext, files_facts, parse_chunk, rare_records
 
     bases = list(accumulate((r.physical for r in ready), initial=0))
     counts = list(accumulate((len(r.pay.lines) for r in ready), initial=0))
@@ -210,7 +210,7 @@ def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], s
 
     def facts(starts: Any, outs: list[Any]) -> None:        # chunk_facts of each file's records
         files_facts(starts.select("_file", "line", "ts_dt", "msg"), starts.select("_file", "ranks").drop_nulls(),
-                    _rare(starts), [r.ctx for r in ready], outs)
+                    rare_records(starts).select("_file", "msg"), [r.ctx for r in ready], outs)
 
     return _per_file(ready, parsed, bases, firsts, cut, own, facts)
 
@@ -229,7 +229,7 @@ def _scan_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], se
     import polars as pl
 
     from ..parsers.sglang import sglang_fast as fast
-    from ..parsers.sglang.sglang_log import FileContext, files_facts, parse_chunk
+    from ..parsers.sglang.sglang_log import FileContext, files_facts, parse_chunk, rare_records
 
     sc = fast.scanner()
     raw = b"".join(r.raw for r in ready if r.raw is not None)
@@ -277,7 +277,7 @@ def _scan_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], se
         names = [(k, " " + n if n else "") for k, mine in enumerate(slices) for s in mine for n in s.rank_names]
         ranks = pl.concat([starts.select("_file", "ranks").drop_nulls(),
                            pl.DataFrame(names, schema={"_file": pl.Int32, "ranks": pl.String}, orient="row")])
-        files_facts(records, ranks, _rare(starts), [r.ctx for r in ready], outs)
+        files_facts(records, ranks, rare_records(starts).select("_file", "msg"), [r.ctx for r in ready], outs)
 
     return _per_file(ready, parsed, counts, [b + 1 for b in counts[:-1]], cut, own, facts)
 
@@ -360,15 +360,6 @@ def _dated_access(starts: Any, access: Any, bases: list[int], outs: list[Any]) -
         if envelope:
             outs[k].dated_by_envelope = env
         outs[k].dated_by_previous = prev
-
-
-def _rare(starts: Any) -> Any:
-    """The messages of the records that are no batch or access line (_file, msg), as ``rare_messages``."""
-    import polars as pl
-
-    from ..parsers.sglang.sglang_log import _BULK
-
-    return starts.filter(~pl.col("kind").is_in(_BULK) & pl.col("msg").is_not_null()).select("_file", "msg")
 
 
 # the line columns of a row (the physical lines of the file)

@@ -89,9 +89,14 @@ RELEASE_RECORDS = 20000
 _BULK = ["batch", "access"]
 
 
+def rare_records(records: pl.DataFrame) -> pl.DataFrame:
+    """The records of ``records`` (msg, kind, ...) with a message that are not batch or access lines."""
+    return records.filter(~pl.col("kind").is_in(_BULK) & pl.col("msg").is_not_null())
+
+
 def rare_messages(records: pl.DataFrame) -> pl.Series:
     """The messages of ``records`` (msg, kind) that are not batch or access lines."""
-    return records.filter(~pl.col("kind").is_in(_BULK) & pl.col("msg").is_not_null()).get_column("msg")
+    return rare_records(records).get_column("msg")
 # Ranks printed PP before TP: only from 0.5.10 on.
 PP_FIRST = r" PP\d+.* TP\d+"
 
