@@ -116,21 +116,27 @@ def test_scanner_groups_of_chunks_and_slices_equal_golden(monkeypatch: pytest.Mo
 def test_scanner_failure_falls_back_to_the_general_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scanner that fails when called (compiling or caching its code) is turned off for the process; the
     chunk and the rest are read by the general parser, with the same views."""
-    from hangforensics.parsers.sglang import sglang_fast, sglang_scan
+    from types import SimpleNamespace
+
+    from hangforensics.parsers.sglang import sglang_fast
 
     def broken(*args: object) -> None:
         raise OSError("cannot write the numba cache")
 
     monkeypatch.setenv("HANGFORENSICS_SCAN_MIN_BYTES", "0")
     monkeypatch.setattr(sglang_fast, "_scanner", None)
-    monkeypatch.setattr(sglang_scan, "scan", broken)
+    working = sglang_fast.scanner()
+    assert working is not None
+    monkeypatch.setattr(sglang_fast, "_scanner", SimpleNamespace(**{
+        name: getattr(working, name) for name in ("bounds", "gather", "REST", "BATCH", "ACCESS")}, scan=broken))
     assert_same(gen.snapshot_corpus("variants"), expected("variants"))
     assert sglang_fast.scanner() is None
 
 
 def test_scanner_off_without_a_numba_cache(tmp_path) -> None:
-    """Where numba has no writable cache directory (it refuses ``cache=True``), the scanner module still
-    imports, reports itself uncached, and a large read takes the general parser: no crash, same rows."""
+    """Where numba has no writable cache directory (it refuses ``cache=True``) and the scanner built ahead of
+    time has none either, the scanner module still imports, reports itself uncached, and a large read takes
+    the general parser: no crash, same rows."""
     import subprocess
     import sys
     import textwrap
@@ -153,7 +159,9 @@ def test_scanner_off_without_a_numba_cache(tmp_path) -> None:
             print(st.scalar("SELECT count(*) FROM batches"), st.scalar("SELECT sum(running_req) FROM batches"))
         assert sglang_fast.scanner() is None
     """)
-    env = {**os.environ, "HANGFORENSICS_SCAN_MIN_BYTES": "0"}
+    # (nor one for the scanner built ahead of time: a folder below a file cannot be made)
+    (tmp_path / "file").write_text("")
+    env = {**os.environ, "HANGFORENSICS_SCAN_MIN_BYTES": "0", "HANGFORENSICS_SCANNER_DIR": str(tmp_path / "file" / "aot")}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["500", str(sum(range(500)))]

@@ -53,24 +53,41 @@ def scan_min_bytes() -> int:
     return 0 if _warm else SCAN_MIN_BYTES
 
 
-_scanner: Any = None       # the sglang_scan module once imported; False: unusable in this process
+_scanner: Any = None       # the scanner once loaded (``scanner``); False: unusable in this process
 _warm = False              # its compiled code is loaded (warm_scanner ran)
 
 
 def scanner() -> Any:
-    """The compiled scanner (``sglang_scan``), or None where it cannot run well: numba missing or broken,
-    or no writable cache for its compiled code (every process would compile it afresh).  The reason is
-    logged once per process; the general parser then reads every line, with the same result."""
+    """The compiled scanner, or None where it cannot run well.  The module built ahead of time (``scan_aot``:
+    imported in a millisecond, built on first use); where it cannot be built, numba's JIT-compiled
+    ``sglang_scan`` with its code cached on disk; neither where numba is missing or broken, or has no writable
+    cache for its code (every process would compile it afresh).  The reason is logged once per process; the
+    general parser then reads every line, with the same result."""
     global _scanner
     if _scanner is None:
         try:
-            from . import sglang_scan
-            if not sglang_scan.CACHED:
-                raise RuntimeError("no writable cache directory for numba (NUMBA_CACHE_DIR)")
-            _scanner = sglang_scan
-        except Exception as e:              # noqa: BLE001 (an optional accelerator: any failure means "without")
-            _disable(e)
+            _scanner = _ahead_of_time()
+        except Exception:                   # noqa: BLE001 (said where it failed: the JIT's code then)
+            try:
+                from . import sglang_scan
+                if not sglang_scan.CACHED:
+                    raise RuntimeError("no writable cache directory for numba (NUMBA_CACHE_DIR)")
+                _scanner = sglang_scan
+            except Exception as e:              # noqa: BLE001 (an optional accelerator: any failure means "without")
+                _disable(e)
     return _scanner or None
+
+
+def _ahead_of_time() -> Any:
+    """The scanner built ahead of time, with the kinds its callers compare with."""
+    from types import SimpleNamespace
+
+    from . import scan_aot, scan_layout
+
+    module = scan_aot.load_or_build()
+    return SimpleNamespace(bounds=module.bounds, scan=module.scan, gather=module.gather, REST=scan_layout.REST,
+                           BATCH=scan_layout.BATCH, ACCESS=scan_layout.ACCESS, BATCH_SLOW=scan_layout.BATCH_SLOW,
+                           DATED=scan_layout.DATED, built_ahead=True)
 
 
 def _disable(e: BaseException) -> None:
@@ -328,7 +345,7 @@ class _Bulk:
     def batches(self, ival: np.ndarray, ist: np.ndarray, fval: np.ndarray, fst: np.ndarray, graph: np.ndarray,
                 flags: np.ndarray) -> pa.Table | None:
         """``batches`` rows, typed by the scanner."""
-        from .sglang_scan import FLOAT_COLS, INT_COLS, NINT
+        from .scan_layout import FLOAT_COLS, INT_COLS, NINT
 
         fb = self.fb
         if not len(fb):

@@ -21,9 +21,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit as _numba_njit
 
+from .scan_layout import (  # noqa: F401
+    ACCESS,
+    BATCH,
+    BATCH_SLOW,
+    DATED,
+    FLOAT_COLS,
+    INT_COLS,
+    MAX_RANKS,
+    NFLOAT,
+    NINT,
+    NPEND,
+    REST,
+)
 from .sglang_patterns import BATCH_FLOAT_KEYS, BATCH_INT_KEYS, PENDING_KEYS
-
-REST, BATCH, ACCESS, BATCH_SLOW, DATED = 0, 1, 2, 3, 4   # DATED: a plain prefix, a valid time, another message
 
 # Whether the compiled code is cached on disk (beside this file, or in NUMBA_CACHE_DIR / the user's cache).
 # Where no cache directory is writable, numba refuses ``cache=True``: the functions are then declared
@@ -46,8 +57,6 @@ def njit(**options):
 
 # Key table: (key, column slot).  Slots: ints 0..5 (BATCH_INT_KEYS order), floats 6..11
 # (BATCH_FLOAT_KEYS order), graph 12, pending keys 13.. (PENDING_KEYS order).
-INT_COLS = list(BATCH_INT_KEYS)
-FLOAT_COLS = list(BATCH_FLOAT_KEYS)
 GRAPH_SLOT = len(INT_COLS) + len(FLOAT_COLS)
 PD_SLOT = GRAPH_SLOT + 1
 NSLOTS = PD_SLOT + len(PENDING_KEYS)
@@ -91,9 +100,6 @@ _DECODE = np.frombuffer(b"Decode batch", np.uint8).copy()
 _TRUE_FALSE = np.frombuffer(b"True|False", np.uint8).copy()
 _HTTP = np.frombuffer(b" HTTP/", np.uint8).copy()
 _POW10 = np.array([10.0 ** k for k in range(23)])      # exact doubles
-NINT = len(INT_COLS)
-NFLOAT = len(FLOAT_COLS)
-NPEND = len(PENDING_KEYS)
 
 
 # The byte tests below are branch-free (``&``, ``&=``, no early return from a loop, no chained comparison):
@@ -407,10 +413,6 @@ def _access(buf, ms: int, end: int, spans, row: int) -> int:
     spans[row, 6] = _num(buf, h1 + 2, 3)
     return ACCESS
 
-
-# At most this many distinct rank prefixes per chunk are interned (a log prints a handful: TP0, DP0 TP0, ...);
-# a chunk with more leaves its ranks to be cut out line by line.
-MAX_RANKS = 1024
 
 
 @njit(nogil=True)

@@ -1,0 +1,19 @@
+"""What the compiled scanner (``sglang_scan``) and its callers share, without numba: the kinds it gives each
+line and the order of its value columns (the scanner built ahead of time, ``scan_aot``, is used without
+importing numba at all)."""
+
+from __future__ import annotations
+
+from .sglang_patterns import BATCH_FLOAT_KEYS, BATCH_INT_KEYS, PENDING_KEYS
+
+REST, BATCH, ACCESS, BATCH_SLOW, DATED = 0, 1, 2, 3, 4   # DATED: a plain prefix, a valid time, another message
+
+INT_COLS = list(BATCH_INT_KEYS)
+FLOAT_COLS = list(BATCH_FLOAT_KEYS)
+NINT = len(INT_COLS)
+NFLOAT = len(FLOAT_COLS)
+NPEND = len(PENDING_KEYS)
+
+# At most this many distinct rank prefixes per chunk are interned (a log prints a handful: TP0, DP0 TP0, ...);
+# a chunk with more leaves its ranks to be cut out line by line.
+MAX_RANKS = 1024
