@@ -141,7 +141,11 @@ def load_or_build() -> ModuleType:
 def _build(name: str, d: Path) -> None:
     """Compile the entry points into ``d / name`` (through a private directory: a reader never sees half of
     it)."""
-    from numba.pycc import CC
+    import warnings
+
+    with warnings.catch_warnings():         # (numba's pycc says it is deprecated: it is what builds this)
+        warnings.simplefilter("ignore")
+        from numba.pycc import CC
 
     from . import sglang_scan
 
@@ -153,7 +157,8 @@ def _build(name: str, d: Path) -> None:
         cc.verbose = False
         for entry, signature in SIGNATURES.items():
             cc.export(entry, signature)(getattr(sglang_scan, entry).py_func)
-        with _quiet():
+        with _quiet(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             cc.compile()
         built = work / f"{name}{_SUFFIX}"
         os.replace(built, d / built.name)
