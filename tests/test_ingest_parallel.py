@@ -169,9 +169,9 @@ def test_the_costliest_whole_files_go_to_the_workers_first(tmp_path: Path, monke
     order: list[str] = []
     init = parallel._Whole.__init__
 
-    def seen(self, pool, tmp, todo, window, ranges):
+    def seen(self, pool, tmp, todo, window, ranges, early=None):
         order.extend(p.file.engine for p in todo)
-        init(self, pool, tmp, todo, window, ranges)
+        init(self, pool, tmp, todo, window, ranges, early)
 
     monkeypatch.setattr(parallel._Whole, "__init__", seen)
     with Store(tmp_path / "p.duckdb") as st:

@@ -116,6 +116,25 @@ def test_ctrl_c_stops_the_ingest_and_its_workers(big_log: Path, tmp_path: Path):
     assert left == []
 
 
+def test_an_ingest_killed_outright_takes_its_workers_with_it(big_log: Path, tmp_path: Path):
+    """An ingest killed with SIGKILL (an OOM kill, a cron job's timeout) runs no clean-up of its own: its fork
+    server and workers die with it (they waited for each other, and for tasks, for ever)."""
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "ingest", str(big_log), "--db", str(tmp_path / "db.duckdb"),
+                             "--jobs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=_as_from_a_shell)
+    deadline = time.monotonic() + 60
+    # the resource tracker, the fork server and its two workers
+    while time.monotonic() < deadline and len(psutil.Process(proc.pid).children(recursive=True)) < 4:
+        time.sleep(0.02)
+    assert len(psutil.Process(proc.pid).children(recursive=True)) >= 4, "the worker pool never started"
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and session_processes(proc.pid):
+        time.sleep(0.1)
+    assert session_processes(proc.pid) == []
+
+
 def test_a_refused_second_scan_starts_nothing_and_leaves_nothing(tmp_path: Path):
     from hangforensics.fleet.scan import ScanLock
 

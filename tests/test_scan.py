@@ -268,3 +268,50 @@ def test_after_load_passes_a_stopped_ingest_owed_run_at_the_next(tmp_path: Path,
         assert st.query(offsets) == cl.query(offsets)
         assert any(r["clock_offset_s"] for r in st.query(offsets))
         assert st.scalar("SELECT count(*) FROM meta WHERE key = 'after_load_owed'") == 0
+
+
+def _tables(db: Path) -> dict[str, list[tuple]]:
+    """The evidence and the judgement of a scan, row for row (file ids and times of the run left out)."""
+    with Store(db) as st:
+        return {t: [tuple(r) for r in st.con.execute(
+                    f"SELECT * EXCLUDE ({drop}) FROM {t} ORDER BY ALL").fetchall()]
+                for t, drop in (("batches", "collected_ts"), ("http_requests", "collected_ts"),
+                                ("events", "collected_ts"), ("stacks", "ts"), ("unparsed", "engine"),
+                                ("sources", "source_id, ingested_at, mtime"), ("findings", "finding_id"),
+                                ("incidents", "first_seen_scan, last_seen_scan"))}
+
+
+def test_large_files_parsed_while_planning_give_the_rows_of_a_parse_after(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    """A fleet scan parses large files as soon as planning has looked at them (``parallel.EarlyParse``); the
+    plan that reads a file as probed takes that parse, one planned otherwise (here a copy of another file) does
+    not: the database is the one a scan that parses after planning writes."""
+    import shutil
+
+    from hangforensics.ingest import parallel, pipeline
+
+    fleet = tmp_path / "fleet"
+    shutil.copytree(REPO / "tests" / "data" / "variants" / "fleet", fleet)
+    subprocess.run([sys.executable, str(REPO / "bench" / "generate.py"), "fleet", str(tmp_path / "busy"),
+                    "--engines", "4", "--mb-per-engine", "1.5"], check=True)
+    for engine in (tmp_path / "busy").iterdir():
+        shutil.move(engine, fleet / engine.name)
+    engine = next(p for p in sorted(fleet.iterdir()) if (p / "server.log").stat().st_size > 1024 * 1024)
+    shutil.copy(engine / "server.log", engine / "server-copy.log")
+    taken: list[bool] = []
+    take = parallel.EarlyParse.take
+
+    def counted(self, job):
+        fut = take(self, job)
+        taken.append(fut is not None)
+        return fut
+
+    monkeypatch.setattr(parallel.EarlyParse, "take", counted)
+    early = scan(fleet, tmp_path / "early.duckdb", jobs=2)
+    assert sum(taken) >= 3
+    monkeypatch.setattr(pipeline.LocalExecutor, "early_parse", lambda self: None)
+    after = scan(fleet, tmp_path / "after.duckdb", jobs=2)
+    assert early.ingest.files_read == after.ingest.files_read
+    with Store(tmp_path / "early.duckdb") as st:
+        assert st.scalar("SELECT count(*) FROM sources WHERE status LIKE 'duplicate of%'") == 1
+    assert _tables(tmp_path / "early.duckdb") == _tables(tmp_path / "after.duckdb")

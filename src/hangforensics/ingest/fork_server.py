@@ -13,6 +13,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 SPLIT_MIN_BYTES = 128 * 1024 * 1024
 
 SCANNER_PRELOAD = "hangforensics.ingest.preload_scanner"
-WORKER_PRELOAD = "hangforensics.ingest.worker"
+WORKER_PRELOAD = "hangforensics.ingest.preload_worker"
 
 _running: str | None = None          # the preload of the server this process started and has not stopped
 
@@ -65,6 +66,32 @@ def _deaf_to_ctrl_c() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+
+
+def die_with_parent() -> None:
+    """Tie this process's life to its parent's (Linux): it is killed when the parent dies.  Run by the fork
+    server (its parent: the ingest) and by every worker (theirs: the server).  An ingest killed outright (an
+    OOM kill, a cron job's timeout with SIGKILL) runs no clean-up: its fork server then waited for its
+    workers, and the workers for tasks, for ever (measured: three processes and the resource tracker left)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:          # the parent died before the tie was made
+        os._exit(1)
+
+
+def running() -> bool:
+    """Whether this process started a fork server that runs still (``context``, ``start_for``)."""
+    return _running is not None
 
 
 def stop() -> None:

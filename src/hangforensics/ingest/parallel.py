@@ -120,14 +120,18 @@ def count_lines(piece: FileJob) -> int:
     return lines
 
 
-def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, counter: Any = None):
+def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, counter: Any = None,
+                  early: EarlyParse | None = None):
     """Parse files (and byte ranges of large logs) in worker processes, each spilling its row batches as
     Arrow IPC files; load them here in file order: DuckDB has one writer, and loading overlaps parsing.
     A large log's ranges are submitted a few at a time (``_Ranges``): the spill stays bounded.
-    ``counter.tasks`` (when given) counts the pieces handed to workers."""
+    ``counter.tasks`` (when given) counts the pieces handed to workers; ``early``: files whose parse began
+    while planning (its pool is this one's)."""
     tmp = Path(tempfile.mkdtemp(prefix="hangforensics-ingest-"))
+    pooled = contextlib.nullcontext(early.pool) if early is not None and early.pool is not None else \
+        worker_pool(jobs, scanner=any(scanned(p) or splittable(p) for p in work))
     try:
-        with worker_pool(jobs, scanner=any(scanned(p) or splittable(p) for p in work)) as pool:
+        with pooled as pool:
             ranges = _Ranges(pool, tmp, window=jobs + 2)
             split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
             # the ranges' first lines, while the fork server loads (the first submit waits for it)
@@ -135,7 +139,8 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
             # the largest first: the last files to finish are small ones, not a large log parsed while the other
             # workers have nothing left (files load as they finish, in any order)
             tasks = batched(sorted((p for p in work if not splittable(p)), key=_read_cost, reverse=True))
-            whole = _Whole(pool, tmp, sorted(tasks, key=_task_cost, reverse=True), WHOLE_WINDOW * jobs, ranges)
+            whole = _Whole(pool, tmp, sorted(tasks, key=_task_cost, reverse=True), WHOLE_WINDOW * jobs, ranges,
+                           early)
             with _workers_ignore_ctrl_c():         # workers start on submit: Ctrl-C is the parent's to handle
                 whole.fill()
                 ranges.fill()
@@ -223,8 +228,9 @@ class _Whole:
     """Whole files parsed by the pool (a task is a file or a batch of small logs), at most ``window`` tasks at
     a time; iterating yields (plan, result) as they finish, submitting the next ones."""
 
-    def __init__(self, pool: Any, tmp: Path, todo: list[Any], window: int, ranges: _Ranges) -> None:
-        self.pool, self.tmp, self.todo, self.window = pool, tmp, todo, max(window, 1)
+    def __init__(self, pool: Any, tmp: Path, todo: list[Any], window: int, ranges: _Ranges,
+                 early: EarlyParse | None = None) -> None:
+        self.pool, self.tmp, self.todo, self.window, self.early = pool, tmp, todo, max(window, 1), early
         self.next = 0
         self.running: dict[Any, Any] = {}
         # the workers are let go once both have handed out their last task
@@ -233,8 +239,10 @@ class _Whole:
     def fill(self) -> None:
         while len(self.running) < self.window and self.next < len(self.todo):
             task, prefix = self.todo[self.next], str(self.tmp / f"f{self.next}")
-            fut = self.pool.submit(parse_batch_to_ipc, [p.job() for p in task], prefix) if isinstance(task, list) \
-                else self.pool.submit(parse_to_ipc, task.job(), prefix)
+            fut = None if isinstance(task, list) or self.early is None else self.early.take(task.job())
+            if fut is None:
+                fut = self.pool.submit(parse_batch_to_ipc, [p.job() for p in task], prefix) \
+                    if isinstance(task, list) else self.pool.submit(parse_to_ipc, task.job(), prefix)
             self.running[fut] = task
             self.next += 1
         if self.all_submitted() and self.ranges.all_submitted():
@@ -253,6 +261,68 @@ class _Whole:
                     yield from zip(task, fut.result(), strict=True)
                 else:
                     yield task, fut.result()
+
+
+# A whole file this large is parsed as soon as planning has probed it (``EarlyParse``).
+EARLY_MIN_BYTES = BATCH_FILE_BYTES
+
+
+class EarlyParse:
+    """Large whole files parsed while planning goes on.  Planning reads the head of every file (some 1 ms a
+    file) and decides what to read only once all are probed, while the parser workers, up long before on a
+    fleet, waited (measured on the 202-engine fleet: the first task 0.3 s after the fork server was ready).
+    A file is parsed as its probe says it would be read (a new file is read, unless it turns out to copy
+    another); the plan that reads it so takes the result (``take``: the same job, field for field), loaded
+    where and when the pool's own would be; one planned otherwise only cost its parse.  The pool is made at
+    the first file offered (an unchanged rescan makes none) and serves ``parse_in_pool`` after."""
+
+    def __init__(self, jobs: int, limit: int) -> None:
+        self.jobs, self.limit = jobs, limit
+        self.pool: Any = None
+        self.offered = self.taken = 0
+        self._futures: dict[str, tuple[FileJob, Any]] = {}
+        self._stack = contextlib.ExitStack()
+        self._tmp: Path | None = None
+
+    def __enter__(self) -> EarlyParse:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for _, fut in self._futures.values():
+            fut.cancel()
+        self._futures.clear()
+        try:
+            self._stack.__exit__(*exc)
+        finally:
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def offer(self, p: Plan) -> None:
+        """``p``: a probed file as it would be read.  Only where a pool's fork server runs already (a fleet
+        scan starts it at once, or at its first changed file): an ingest that would parse in this process stays
+        so."""
+        if self.jobs < 2 or len(self._futures) >= self.limit or p.st.st_size < EARLY_MIN_BYTES \
+                or splittable(p) or batchable(p) or not fork_server.running():
+            return
+        if self.pool is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="hangforensics-early-"))
+            self.pool = self._stack.enter_context(worker_pool(self.jobs, scanner=True))
+        job = p.job()
+        self._futures[str(job.abs_path)] = (job, self.pool.submit(parse_to_ipc, job, str(self._tmp / f"e{self.offered}")))
+        self.offered += 1
+
+    def pending(self) -> bool:
+        """Files parsed (or parsing) that no plan has taken yet."""
+        return bool(self._futures)
+
+    def take(self, job: FileJob) -> Any:
+        """The parse of ``job`` begun early (None: none, or of another job)."""
+        got = self._futures.get(str(job.abs_path))
+        if got is None or got[0] != job:
+            return None
+        del self._futures[str(job.abs_path)]
+        self.taken += 1
+        return got[1]
 
 
 # A split log's ranges: small enough that loading the first overlaps parsing the next ones, large enough
@@ -355,7 +425,7 @@ def worker_pool(jobs: int, scanner: bool = False) -> Iterator[_Pool]:
     with _workers_ignore_ctrl_c():          # the server's environment (polars' threads), which workers inherit
         ctx = fork_server.context(scanner)
     with _semaphores_outlive_the_tracker():
-        pool = _Pool(max_workers=jobs, mp_context=ctx)
+        pool = _Pool(max_workers=jobs, mp_context=ctx, initializer=fork_server.die_with_parent)
     clean = False
     try:
         yield pool

@@ -32,7 +32,7 @@ from .collective_clock import align_flight_recorder, align_flight_recorder_all
 from .fragments import join_parts, rank_snapshots
 from .jobs import FileOutcome, IngestResult, with_result
 from .load import LoadGroup, apply_renames, bump_engine, forget_source, load_file, record_plan_only
-from .parallel import PARALLEL_MIN_BYTES, parse_cost, parse_in_pool, splittable
+from .parallel import PARALLEL_MIN_BYTES, WHOLE_WINDOW, EarlyParse, parse_cost, parse_in_pool, splittable
 from .parse import parse_file
 from .plan import Plan, plan_files
 
@@ -53,14 +53,22 @@ class LocalExecutor:
     def __init__(self, jobs: int = 1) -> None:
         self.jobs = jobs
         self.tasks = 0
+        self.early: EarlyParse | None = None
+
+    def early_parse(self) -> EarlyParse | None:
+        """Large files parsed while planning goes on (``ingest_files`` offers them and closes it after ``run``)."""
+        if self.jobs > 1:
+            self.early = EarlyParse(self.jobs, WHOLE_WINDOW * self.jobs)
+        return self.early
 
     def run(self, store: Store, work: list[Plan], prog: ProgressBar) -> Iterator[tuple[Plan, FileOutcome]]:
         # (what parsing costs: the bytes, and a fixed cost per file: 180 small engines of 42 MB in all took 3.8 s
         # here, 2.4 s in a pool)
         big = sum(parse_cost(p) for p in work if p.action != "rename") > PARALLEL_MIN_BYTES
-        if self.jobs > 1 and big and (len(work) > 1 or splittable(work[0])):
+        early = self.early if self.early is not None and self.early.pending() else None
+        if self.jobs > 1 and (early is not None or (big and (len(work) > 1 or splittable(work[0])))):
             with _loader_settings(store):
-                yield from parse_in_pool(store, work, self.jobs, prog, counter=self)
+                yield from parse_in_pool(store, work, self.jobs, prog, counter=self, early=early)
         else:
             fork_server.stop()      # one started early for a pool (a fleet scan) is not needed
             group = LoadGroup(store)
@@ -232,7 +240,19 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
     for f in files:
         if f.engine not in res.engines:
             res.engines.append(f.engine)
-    plans = plan_files(store, files, vanish_engines or [], hold_live_tail, on_work)
+    executor = executor or LocalExecutor(jobs)
+    # large files are parsed as soon as planning has looked at them (LocalExecutor: parallel.EarlyParse)
+    early = getattr(executor, "early_parse", lambda: None)()
+    with early or contextlib.nullcontext():
+        return _ingest_planned(store, files, res, prog, vanish_engines, hold_live_tail, executor, on_work, early)
+
+
+def _ingest_planned(store: Store, files: list[EvidenceFile], res: IngestResult, prog: ProgressBar,
+                    vanish_engines: list[str] | None, hold_live_tail: bool, executor: Executor,
+                    on_work: Callable[[], None] | None, early: EarlyParse | None) -> IngestResult:
+    """``ingest_files`` once its executor is chosen."""
+    plans = plan_files(store, files, vanish_engines or [], hold_live_tail, on_work,
+                       None if early is None else early.offer)
     res.files_vanished = sum(1 for p in plans if p.action == "vanished")
     work = [p for p in plans if p.action in ("read", "resume", "rename")]
     res.bytes = sum(p.st.st_size for p in plans if p.action != "vanished")
@@ -254,7 +274,6 @@ def ingest_files(store: Store, root: Path, files: list[EvidenceFile], progress: 
                 forget_source(store, p.prev)
                 bump_engine(store, p.file.engine)
     apply_renames(store, [p for p in plans if p.action == "rename"])
-    executor = executor or LocalExecutor(jobs)
     # closing: an executor's clean-up (workers, staged files) runs even when loading stops on an error
     with contextlib.closing(executor.run(store, work, prog)) as outcomes:
         for p, outcome in outcomes:

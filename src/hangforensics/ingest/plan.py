@@ -61,11 +61,13 @@ NO_IDENTITY = ("unknown", "capture_error", "binary", "flight_recorder")
 
 # -- planning --------------------------------------------------------------------------------------
 def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str],
-               hold_live_tail: bool = True, on_work: Callable[[], None] | None = None) -> list[Plan]:
+               hold_live_tail: bool = True, on_work: Callable[[], None] | None = None,
+               on_probe: Callable[[Plan], None] | None = None) -> list[Plan]:
     """Decide per file: skip (unchanged), read, resume (grew), rename (known content under a new name,
     e.g. rotation or compression), duplicate (the same content is read elsewhere) or unreadable; and
     which manifest rows of ``vanish_engines`` vanished.  ``on_work`` is called once, at the first file
-    that is new, changed or grew (before the rest is planned)."""
+    that is new, changed or grew (before the rest is planned); ``on_probe`` with each file whose content
+    is looked at, as the plan to read it would be (it is decided after all are probed)."""
     planner = _Planner(store, files, hold_live_tail)
     pending = []
     for f in files:
@@ -75,6 +77,10 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
         if on_work is not None and (probe is not None or planner.plans[-1].action in ("read", "resume")):
             on_work()                           # (no probe: plan_known planned the file)
             on_work = None
+        if on_probe is not None and probe is not None and probe.kind != "unreadable":
+            read = probe.plan("read", None)
+            read.hold_live_tail = hold_live_tail
+            on_probe(read)
     # Files whose path is new (or whose content under the same path changed): is the content known?
     renamed = planner.claim_renames(pending)
     planner.plan_new(pending, renamed)

@@ -5,6 +5,7 @@ them itself (some 1 s of CPU per worker, numba's import and its cache the most o
 import ctypes
 import gc
 
+from .fork_server import die_with_parent
 from .worker import warm_up
 
 
@@ -24,6 +25,7 @@ def _keep_freed_memory() -> None:
     libc.mallopt(m_top_pad, 128 << 20)
 
 
+die_with_parent()
 _keep_freed_memory()
 warm_up()
 # what is loaded stays out of the garbage collector's passes: a forked worker's collections then do not
