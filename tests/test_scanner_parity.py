@@ -293,3 +293,46 @@ def test_the_parser_pool_loads_the_scanner_where_a_plain_log_is_read(tmp_path, m
         pipeline.ingest_paths(st, [tmp_path / "fleet"], mode="fleet", jobs=2)
         assert st.scalar("SELECT count(*) FROM sources WHERE status = 'ok'") == len(logs) + 1
     assert asked == [scanner]
+
+
+def test_the_general_parser_reads_a_dated_line_without_its_neighbours(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of a busy log, the general parser reads what the scanner leaves: a line that may continue a record (no
+    plain prefix: a traceback's lines) with the bulk lines around it, and a line with a plain prefix and a valid
+    time (another message, a batch line it cannot type) alone, as the record start it is: its neighbours stay
+    the scanner's (a real log's other messages cost the general parser three lines each before).  The rows are
+    the general parser's alone."""
+    t0 = datetime(2026, 3, 1, 12)
+    lines = []
+    for i in range(400):
+        ts = (t0 + timedelta(seconds=i)).strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(f"[{ts} TP0] Decode batch, #running-req: {i}, #token: {8 * i}, token usage: 0.05, "
+                     f"gen throughput (token/s): 12.5, #queue-req: 0")
+        if i == 100:
+            lines.append(f"[{ts} TP0] Cache flushed successfully!")
+        if i == 200:
+            lines.append(f"[{ts} TP0] Decode batch, #running-req: x, #token: 8, token usage: 0.05, #queue-req: 0")
+        if i == 300:
+            lines += [f"[{ts} TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                      '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1815, in loop',
+                      "RuntimeError: boom"]
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "server.log").write_text("\n".join(lines) + "\n")
+    read: list[str] = []
+    parse_chunk = sglang_fast.parse_chunk
+
+    def seen(texts, *args, **kw):
+        read.extend(texts.to_list() if hasattr(texts, "to_list") else texts)
+        return parse_chunk(texts, *args, **kw)
+
+    monkeypatch.setattr(sglang_fast, "parse_chunk", seen)
+    fast, general = _both_ways([tmp_path / "e"], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    assert read, "the general parser read nothing of the scanned log"
+    at = {text: k for k, text in enumerate(lines)}
+    got = sorted(at[t] for t in read if t in at)
+    flushed, untyped, exception = (next(k for k, t in enumerate(lines) if mark in t)
+                                   for mark in ("Cache flushed", "#running-req: x", "Scheduler hit"))
+    assert flushed in got and flushed - 1 not in got and flushed + 1 not in got
+    assert untyped in got and untyped - 1 not in got and untyped + 1 not in got
+    # the traceback's lines, and the batch lines before and after them
+    assert set(range(exception + 1, exception + 3)) <= set(got) and exception + 3 in got

@@ -246,10 +246,13 @@ class _Slice:
         # a plain SGLang prefix with a valid time (any message): a dated record start for the general parser
         self.first_dated, self.last_dated = bool(kind[0] != sc.REST), bool(kind[-1] != sc.REST)
         self.chunk = 0                                  # which chunk of its group (ScanGroup.add)
-        other = ~bulk
+        # the bulk lines next to a line that may continue a record, or be continued (no plain prefix of its
+        # own): the general parser reads them with it.  A line with a plain prefix and a valid time starts a
+        # record of its own whatever is around it (its neighbours are the scanner's).
+        loose = kind == sc.REST
         near = np.zeros(len(kind), np.bool_)
-        near[1:] |= other[:-1]
-        near[:-1] |= other[1:]
+        near[1:] |= loose[:-1]
+        near[:-1] |= loose[1:]
         near[0] = near[-1] = True
         fast = bulk & ~near
         lines = line_of[a:b]
