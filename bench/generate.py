@@ -56,7 +56,21 @@ def busy_lines(rng: random.Random, t: datetime, seconds: float, ranks: list[str]
         t += timedelta(seconds=0.125)
 
 
-def write_big(out: Path, mb: float, all_ranks: bool = False, seed: int = 7) -> None:
+# Other messages of a busy server's log (what a real one holds between its batch and access lines, with a
+# prefix of its own), for ``big --other``.
+OTHER_MESSAGES = (
+    "Cache flushed successfully!",
+    "Receive: obj=GenerateReqInput(text=None, input_ids=None, sampling_params={{'temperature': 0.7, "
+    "'max_new_tokens': 512}}, rid='{rid}', return_logprob=False, stream=True)",
+    "Finish: obj=GenerateReqInput(rid='{rid}'), out={{'meta_info': {{'id': '{rid}', 'finish_reason': "
+    "{{'type': 'stop'}}, 'prompt_tokens': 812, 'completion_tokens': 233}}}}",
+    "Registering 4096 cuda graph addresses",
+    "WARNING: Context length is longer than the model's max position embeddings",
+)
+
+
+def write_big(out: Path, mb: float, all_ranks: bool = False, seed: int = 7, other: float = 0.0) -> None:
+    """A busy log of ``mb`` MB; ``other``: the share of lines that are other messages (0: nearly none)."""
     rng = random.Random(seed)
     ranks = [f"TP{i}" for i in range(8)] if all_ranks else ["TP0"]
     target = int(mb * 1e6)
@@ -67,9 +81,14 @@ def write_big(out: Path, mb: float, all_ranks: bool = False, seed: int = 7) -> N
         f.write(head)
         written += len(head)
         while written < target:
-            for _, line in busy_lines(rng, t, 60, ranks):
+            for at, line in busy_lines(rng, t, 60, ranks):
                 f.write(line + "\n")
                 written += len(line) + 1
+                if other and rng.random() < other:
+                    note = (f"[{_ts(at)} {rng.choice(ranks)}] " + rng.choice(OTHER_MESSAGES).format(
+                        rid=f"{rng.getrandbits(128):032x}") + "\n")
+                    f.write(note)
+                    written += len(note)
             t += timedelta(seconds=60)
             note = f"[{_ts(t)} TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_token_ratio: 0.7 -> 0.9\n"
             f.write(note)
@@ -157,6 +176,7 @@ def main() -> None:
     b.add_argument("out", type=Path)
     b.add_argument("--mb", type=float, default=200)
     b.add_argument("--all-ranks", action="store_true")
+    b.add_argument("--other", type=float, default=0.0, help="share of lines that are other messages (0-1)")
     f = sub.add_parser("fleet")
     f.add_argument("out", type=Path)
     f.add_argument("--engines", type=int, default=300)
@@ -168,7 +188,7 @@ def main() -> None:
         write_mixed(a.out)
     elif a.what == "big":
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        write_big(a.out, a.mb, a.all_ranks)
+        write_big(a.out, a.mb, a.all_ranks, other=a.other)
     else:
         write_fleet(a.out, a.engines, a.mb_per_engine)
 

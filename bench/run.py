@@ -7,6 +7,7 @@
     python bench/run.py --sizes 445 --runs 3 --fleets ""        # the single-log figure: 3 paired runs
     python bench/run.py --fleets 300x1 --executors local,ray    # local against Ray
     python bench/run.py --sizes 445 --fleets "" --mixed       # a fleet of every evidence kind beside one log
+    python bench/run.py --sizes 445 --fleets "" --other 0.03  # a log with 3 % other messages, as real ones
 
 Ingest runs are paired with ``grep -c batch`` on the same file (page cache warm) and the medians reported,
 with the ratio's median; peak memory is given for the whole tree (the sum of RSS, which counts the pages of
@@ -100,10 +101,12 @@ def best(cmd: list[str], n: int = 3) -> tuple[float, float]:
     return min(r[0] for r in runs), max(r[1] for r in runs)
 
 
-def ensure_big(mb: int) -> Path:
-    path = DATA / f"big{mb}.log"
+def ensure_big(mb: int, other: float = 0.0) -> Path:
+    """The generated single log of ``mb`` MB (``other``: that share of its lines other messages)."""
+    path = DATA / (f"big{mb}.log" if not other else f"big{mb}-other{other:g}.log")
     if not path.exists():
-        subprocess.run([sys.executable, str(HERE / "generate.py"), "big", str(path), "--mb", str(mb)], check=True)
+        subprocess.run([sys.executable, str(HERE / "generate.py"), "big", str(path), "--mb", str(mb),
+                        "--other", str(other)], check=True)
     return path
 
 
@@ -204,6 +207,9 @@ def main() -> None:
     ap.add_argument("--executors", default="local", help="scan the first fleet with each of these executors "
                     "(local, ray); the others with the first")
     ap.add_argument("--runs", type=int, default=3, help="paired grep / ingest runs per size (medians reported)")
+    ap.add_argument("--other", type=float, default=0.0,
+                    help="share of the single logs' lines that are other messages, as a real server log holds "
+                         "(generate.py big --other; 0: nearly all batch and access lines)")
     a = ap.parse_args()
     DATA.mkdir(exist_ok=True)
     sizes = [int(x) for x in a.sizes.split(",") if x] + ([a.big_mb] if a.big_mb else [])
@@ -211,7 +217,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="hf-bench-"))
     try:
         for mb in sizes:
-            log = ensure_big(mb)
+            log = ensure_big(mb, a.other)
             real_mb = log.stat().st_size / 1e6
             db = tmp / f"ingest{mb}.duckdb"
             runs = []
@@ -223,7 +229,8 @@ def main() -> None:
             g, t, rss, largest, cpu, pss = (statistics.median(r[k] for r in runs) for k in range(6))
             SINGLE.append(real_mb / t)
             ratio = statistics.median(r[1] / r[0] for r in runs)
-            rows.append((f"ingest {real_mb:.0f} MB log", t, rss,
+            label = f"ingest {real_mb:.0f} MB log" + (f" ({100 * a.other:g} % other messages)" if a.other else "")
+            rows.append((label, t, rss,
                          f"{real_mb / t:.1f} MB/s; grep -c batch {g:.2f} s ({ratio:.1f}x grep, median of "
                          f"{len(runs)} paired: {', '.join(f'{r[1] / r[0]:.1f}' for r in runs)}); "
                          f"largest process {largest:.0f} MB; all processes {pss:.0f} MB PSS; CPU {cpu:.1f} s"))
