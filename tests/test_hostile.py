@@ -276,6 +276,8 @@ def test_reading_lines_back_from_real_programs_output_gives_what_the_reader_gave
     for path in files:
         every = [s for c in iter_chunks(path, chunk_bytes=4096) for s in c.lines]
         assert logfile.read_lines(path, set(range(1, len(every) + 1))) == dict(enumerate(every, 1)), path
+        sparse = {len(every) // 3 + 1, len(every)}                  # (reads between them hold none)
+        assert logfile.read_lines(path, sparse) == {n: every[n - 1] for n in sparse if n >= 1}, path
 
 
 def test_reading_a_line_back_from_a_monstrous_line_keeps_its_start(tmp_path: Path, monkeypatch):
@@ -286,3 +288,6 @@ def test_reading_a_line_back_from_a_monstrous_line_keeps_its_start(tmp_path: Pat
     every = [s for c in iter_chunks(path, chunk_bytes=7) for s in c.lines]
     assert every[0] == "a" * 100 and every[1] == "next"
     assert logfile.read_lines(path, {1, 2, 3}) == dict(enumerate(every, 1))
+    # the reads that hold no quoted line are counted, not searched: a monstrous line among them still counts once
+    assert logfile.read_lines(path, {2}) == {2: "next"}
+    assert logfile.read_lines(path, {3}) == {3: every[2]}

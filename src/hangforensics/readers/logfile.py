@@ -531,6 +531,13 @@ def read_lines(path: Path, wanted: set[int]) -> dict[int, str]:
                     if data and todo[k] == line:
                         found[line] = data
                     break
+                lines_here = data.count(b"\n")
+                if todo[k] - line >= lines_here:     # none wanted here: its newlines counted, not found
+                    line += lines_here
+                    carry = data[data.rfind(b"\n") + 1:]
+                    if len(carry) > MAX_LINE_BYTES:
+                        carry, cut_line = carry[:MAX_LINE_BYTES], True
+                    continue
                 ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
                 starts = np.r_[0, ends + 1]
                 while k < len(todo) and todo[k] - line < len(ends):
