@@ -45,6 +45,7 @@ def context(scanner: bool) -> Any:
         stop()
         forkserver.set_forkserver_preload([preload])
         _running = preload
+    os.environ[PARENT_ENV] = str(os.getpid())   # (the server's parent: see die_with_parent)
     with _deaf_to_ctrl_c():
         forkserver.ensure_running()     # started now: it loads while the caller goes on
     return ctx
@@ -68,16 +69,25 @@ def _deaf_to_ctrl_c() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
 
 
+# The process that started this one's fork server (set in its environment: a server started by an ingest that
+# died at once must not wait for it); in a fork server, its own pid, which its workers' parent must be.
+PARENT_ENV = "HANGFORENSICS_FORK_SERVER_PARENT"
+_expected_parent: int | None = None
+
+
 def die_with_parent() -> None:
     """Tie this process's life to its parent's (Linux): it is killed when the parent dies.  Run by the fork
     server (its parent: the ingest) and by every worker (theirs: the server).  An ingest killed outright (an
     OOM kill, a cron job's timeout with SIGKILL) runs no clean-up: its fork server then waited for its
-    workers, and the workers for tasks, for ever (measured: three processes and the resource tracker left)."""
+    workers, and the workers for tasks, for ever (measured: three processes and the resource tracker left).
+    A parent that died before the tie was made is noticed too: the parent is not the one expected (the
+    ingest's pid for the server, the server's for its workers)."""
+    global _expected_parent
     if not sys.platform.startswith("linux"):
         return
     import ctypes
 
-    parent = os.getppid()
+    expected = _expected_parent or int(os.environ.get(PARENT_ENV) or 0) or os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
@@ -85,8 +95,9 @@ def die_with_parent() -> None:
             return
     except (OSError, AttributeError):
         return
-    if os.getppid() != parent:          # the parent died before the tie was made
+    if os.getppid() != expected:        # the parent died before the tie was made
         os._exit(1)
+    _expected_parent = os.getpid()      # (a worker forked from here finds its parent's pid so)
 
 
 def running() -> bool:
