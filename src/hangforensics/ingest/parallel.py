@@ -279,7 +279,7 @@ class EarlyParse:
     def __init__(self, jobs: int, limit: int) -> None:
         self.jobs, self.limit = jobs, limit
         self.pool: Any = None
-        self.offered = self.taken = 0
+        self.offered = 0
         self._futures: dict[str, tuple[FileJob, Any]] = {}
         self._stack = contextlib.ExitStack()
         self._tmp: Path | None = None
@@ -321,7 +321,6 @@ class EarlyParse:
         if got is None or got[0] != job:
             return None
         del self._futures[str(job.abs_path)]
-        self.taken += 1
         return got[1]
 
 

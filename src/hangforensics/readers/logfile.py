@@ -510,7 +510,8 @@ def read_lines(path: Path, wanted: set[int]) -> dict[int, str]:
     """The text of the physical lines ``wanted`` (1-based, numbered and cleaned as ``iter_chunks`` does:
     NULs removed, invalid UTF-8 replaced, CR stripped, an over-long line cut to MAX_LINE_BYTES), reading the
     file up to the last of them.  Only those lines are decoded: a quote from the end of a large log does not
-    turn every line before it into a Python string (newlines are found by numpy)."""
+    turn every line before it into a Python string (newlines are counted, and found by numpy only in a read
+    that holds a wanted line)."""
     import numpy as np
 
     todo = sorted(n for n in wanted if n >= 1)
@@ -532,20 +533,15 @@ def read_lines(path: Path, wanted: set[int]) -> dict[int, str]:
                         found[line] = data
                     break
                 lines_here = data.count(b"\n")
-                if todo[k] - line >= lines_here:     # none wanted here: its newlines counted, not found
-                    line += lines_here
-                    carry = data[data.rfind(b"\n") + 1:]
-                    if len(carry) > MAX_LINE_BYTES:
-                        carry, cut_line = carry[:MAX_LINE_BYTES], True
-                    continue
-                ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
-                starts = np.r_[0, ends + 1]
-                while k < len(todo) and todo[k] - line < len(ends):
-                    i = todo[k] - line
-                    found[todo[k]] = data[starts[i]:ends[i]]
-                    k += 1
-                line += len(ends)
-                carry = data[starts[-1]:]
+                if todo[k] - line < lines_here:     # (a read holding no wanted line: its newlines counted only)
+                    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+                    starts = np.r_[0, ends + 1]
+                    while k < len(todo) and todo[k] - line < lines_here:
+                        i = todo[k] - line
+                        found[todo[k]] = data[starts[i]:ends[i]]
+                        k += 1
+                line += lines_here
+                carry = data[data.rfind(b"\n") + 1:]
                 if len(carry) > MAX_LINE_BYTES:     # keep the start of a monstrous line, skip the rest
                     carry, cut_line = carry[:MAX_LINE_BYTES], True
         except OSError as e:

@@ -102,9 +102,9 @@ def directories() -> list[Path]:
     return dirs
 
 
-def load() -> ModuleType | None:
-    """The module built already (None: not built, or where it cannot be)."""
-    name = module_name()
+def load(name: str | None = None) -> ModuleType | None:
+    """The module built already (None: not built, or where it cannot be); ``name``: its ``module_name``."""
+    name = name or module_name()
     for d in directories():
         path = d / f"{name}{_SUFFIX}"
         if path.is_file():
@@ -114,10 +114,10 @@ def load() -> ModuleType | None:
 
 def load_or_build() -> ModuleType:
     """The module, built first where it is not yet (``BuildError`` where it cannot be, now or before)."""
-    module = load()
+    name = module_name()
+    module = load(name)
     if module is not None:
         return module
-    name = module_name()
     d = _writable(directories())
     with _locked(d / f"{name}.lock"):
         path, failed = d / f"{name}{_SUFFIX}", d / f"{name}.failed"
