@@ -5,6 +5,7 @@ something from the file before it (a record, a time, the record that dates an ac
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,12 @@ def _rows(manifest: list[tuple[str, Any]]) -> dict[str, list]:
     return out
 
 
-def _plans(root: Path, tmp: Path) -> list[Plan]:
+def _plans(root: Path, tmp: Path, hold_live_tail: bool = False) -> list[Plan]:
     db = tmp / f"plan-{abs(hash(root))}.duckdb"
     mode = "fleet" if root.is_dir() and all(p.is_dir() for p in root.iterdir()) else "auto"
     with Workspace() as ws, Store(db) as store:
         _, files = ws.resolve(root, mode)
-        return [p for p in plan_files(store, files, [], False) if p.action == "read"]
+        return [p for p in plan_files(store, files, [], hold_live_tail) if p.action == "read"]
 
 
 def _compare(jobs: list, tmp: Path) -> int:
@@ -169,6 +170,43 @@ def test_a_file_whose_first_line_continues_the_record_before_is_parsed_alone(tmp
         _log(logs / "c.log", ['  File "w.py", line 4, in h', "KeyError: c", dated[1]]),
     ]
     assert _compare(_jobs(logs, files), tmp_path) >= 2      # one leads, the other follows nobody: alone
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
+def test_live_logs_share_a_parse_and_leave_their_unfinished_last_line(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      scanner: bool) -> None:
+    """A fleet copied in just before the scan is all live (written minutes ago): its small logs still share a
+    parse, and each leaves what its own parse leaves for the next ingest, a last line without its newline
+    (plain, or behind a collector's envelope), with the same bytes read and notes."""
+    if not scanner:
+        monkeypatch.setattr(batch_parse, "_scanner", lambda: None)
+    logs = tmp_path / "engine"
+    logs.mkdir()
+
+    def decode(k: int) -> str:
+        return (f"[2026-01-01 00:00:{k:02d} TP0] Decode batch, #running-req: 1, #token: {k}, token usage: 0.01, "
+                "gen throughput (token/s): 5.00, #queue-req: 0")
+
+    def docker(line: str) -> str:
+        return json.dumps({"log": line + "\n", "stream": "stderr", "time": "2026-01-01T00:00:00.000000000Z"})
+
+    whole = _log(logs / "a.log", [decode(k) for k in range(3)])
+    unfinished = logs / "b.log"
+    unfinished.write_text("\n".join(decode(k) for k in range(3, 6)) + "\n" + decode(6)[:40])
+    wrapped = _log(logs / "c.log", [docker(decode(k)) for k in range(7, 10)])
+    wrapped_unfinished = logs / "d.log"
+    wrapped_unfinished.write_text("\n".join(docker(decode(k)) for k in range(10, 30)) + "\n" + docker(decode(30))[:50])
+    files = [whole, unfinished, wrapped, wrapped_unfinished]
+    plans = {p.file.abs_path.name: p for p in _plans(logs, tmp_path, hold_live_tail=True)}
+    assert all(parallel.batchable(p) and p.job().hold_partial for p in plans.values())
+    jobs = [plans[f.name].job() for f in files]
+    assert _compare(jobs, tmp_path) == 4          # parsed together, each as alone
+    got = batch_parse.parse_batch_to_ipc(jobs, str(tmp_path / "batch"))
+    assert [o.read_bytes for _, o in got] == [f.stat().st_size - len(f.read_bytes().rpartition(b"\n")[2])
+                                              for f in files]
+    assert [o.notes.held_back > 0 for _, o in got] == [False, True, False, True]
+    assert [len(_rows(m)["batches"]) for m, _ in got] == [3, 3, 3, 20]
 
 
 def test_tasks_batch_only_small_whole_logs_and_start_with_the_costliest(tmp_path: Path) -> None:

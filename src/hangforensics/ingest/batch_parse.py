@@ -121,7 +121,7 @@ def _prepared(job: FileJob) -> _Ready | None:
     from ..parsers.sglang.sglang_fast import _lines
     from ..parsers.sglang.sglang_log import FileContext
 
-    if job.kind != "server_log" or job.start_offset or job.hold_partial:
+    if job.kind != "server_log" or job.start_offset:
         return None
     path = Path(job.abs_path)
     out = FileOutcome()
@@ -133,8 +133,11 @@ def _prepared(job: FileJob) -> _Ready | None:
     physical = 0
     raw: bytes | None = None
     # (a plain log's bytes as the scanner reads them, the lines as one column: ``_parse_log`` reads it so)
+    # (a live log's unfinished last line is left for the next ingest, as ``_parse_log`` leaves it; a split
+    # record the envelope carries at the end makes the file a parse of its own, which holds it back)
     for chunk in iter_chunks(path, 0, 1, records=True, end_offset=job.end_offset, notes=out.notes,
-                             record_start=reader.record_start(), column="raw" if plain else False,
+                             hold_partial=job.hold_partial, record_start=reader.record_start(),
+                             column="raw" if plain else False,
                              chunk_bytes=CHUNK_BYTES):
         raw = chunk.raw
         lines = (_lines(raw) if raw is not None else chunk.column) if plain else chunk.lines

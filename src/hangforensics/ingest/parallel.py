@@ -198,10 +198,10 @@ WHOLE_WINDOW = 8
 
 def batchable(p: Plan) -> bool:
     """A small log read whole from its start, which a worker may parse together with others
-    (``batch_parse``)."""
+    (``batch_parse``); a live one too (written in the last minutes: a fleet copied in just before its scan
+    is all live), whose unfinished last line the joint parse leaves as its own parse does."""
     job = p.job()
-    return p.kind == "server_log" and not p.compressed and not job.start_offset and not job.hold_partial \
-        and p.st.st_size <= BATCH_FILE_BYTES
+    return p.kind == "server_log" and not p.compressed and not job.start_offset and p.st.st_size <= BATCH_FILE_BYTES
 
 
 def batched(plans: list[Plan]) -> list[Plan | list[Plan]]:
