@@ -638,3 +638,17 @@ def test_property_arbitrary_bytes(raw: bytes) -> None:
     stack = detect(lines)
     u = Unwrapper(stack, 2026).feed(lines, 1, final=True)
     check_accounting(lines, u)
+
+
+@pytest.mark.parametrize("name", ["docker_json.log", "journald_json.log", "fluentbit.log", "vector.log"])
+def test_a_short_excerpt_cut_mid_line_keeps_its_json_envelope(tmp_path: Path, name: str) -> None:
+    """Three whole lines of a JSON collector's log and a fourth cut short (a paste, a live file mid-write):
+    the cut line is no JSON, and one line in four fell short of the share a layer needs; it does not vote
+    now, and the file is read behind its envelope, as the whole file is."""
+    from hangforensics.readers.kinds import sniff_kind
+
+    whole = [s for s in read(name) if s.strip()]
+    full_kind, full_stack = sniff_kind(DATA / name)
+    cut = tmp_path / name
+    cut.write_text("\n".join(whole[:3]) + "\n" + whole[3][: len(whole[3]) // 2])
+    assert sniff_kind(cut) == (full_kind, full_stack) and full_stack.layers

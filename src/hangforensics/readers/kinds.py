@@ -90,7 +90,8 @@ def sniff_kind(path: Path) -> tuple[str, EnvelopeStack | None]:
         return "flight_recorder", None
     if looks_binary(head):
         return "binary", None
-    stack, lines = sniff(head_lines(head))     # NUL runs in a text file (crash, copytruncate) are skipped
+    # (NUL runs in a text file, a crash's or copytruncate's, are skipped)
+    stack, lines = sniff(head_lines(head), last_cut=not head.endswith("\n"))
     kind = payload_kind("\n".join(lines) if stack.layers else head.replace("\x00", ""), lines)
     if kind == "unknown" and "hard_wrap" in stack.layers:
         kind, stack = _unwrapped_table(head_lines(head), stack) or (kind, stack)

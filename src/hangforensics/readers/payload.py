@@ -43,9 +43,14 @@ def head_lines(text: str) -> list[str]:
     return [s[:-1] if s.endswith("\r") else s for s in lines] if "\r" in text else lines
 
 
-def sniff(lines: list[str]) -> tuple[EnvelopeStack, list[str]]:
-    """The envelope of a file's head lines and the payload of that head (the head itself when plain)."""
+def sniff(lines: list[str], last_cut: bool = False) -> tuple[EnvelopeStack, list[str]]:
+    """The envelope of a file's head lines and the payload of that head (the head itself when plain).
+    ``last_cut``: the head's last line has no newline (the head's read ended in it, or the file: a paste or a
+    live file cut mid-line); when no envelope is found with it, it does not vote (a JSON collector's line cut
+    short is no JSON: three whole lines and a cut one fell short of the share a layer needs)."""
     stack = detect(lines)
+    if not stack.layers and last_cut and len(lines) > 1:
+        stack = detect(lines[:-1])
     if not stack.layers:
         return stack, lines
     return stack, Unwrapper(stack, year_hint=2000).feed(lines, 1, final=True).payload
@@ -128,9 +133,10 @@ class PayloadReader:
         payload line (a resumed read: near its modification time)."""
         if stack is not None and not stack.layers:
             return cls(NONE)
-        head = head_lines(head_text(path)) if stack is None or not resumed else []
+        text = head_text(path) if stack is None or not resumed else ""
+        head = head_lines(text)
         if stack is None:
-            stack, payload = sniff(head)
+            stack, payload = sniff(head, last_cut=not text.endswith("\n"))
             if not stack.layers:
                 return cls(NONE)
         else:
