@@ -35,6 +35,10 @@ STATEFUL_PASTE = frozenset({"markdown", "hard_wrap"})
 _DATED = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
+# A head of fewer lines than this is sniffed again without its cut last line (``sniff``).
+SHORT_HEAD_LINES = 10
+
+
 def head_lines(text: str) -> list[str]:
     """Lines of a file's head as the chunk reader gives them: split on newlines, CR of CRLF removed."""
     lines = (text.replace("\x00", "") if "\x00" in text else text).split("\n")
@@ -47,9 +51,10 @@ def sniff(lines: list[str], last_cut: bool = False) -> tuple[EnvelopeStack, list
     """The envelope of a file's head lines and the payload of that head (the head itself when plain).
     ``last_cut``: the head's last line has no newline (the head's read ended in it, or the file: a paste or a
     live file cut mid-line); when no envelope is found with it, it does not vote (a JSON collector's line cut
-    short is no JSON: three whole lines and a cut one fell short of the share a layer needs)."""
+    short is no JSON: three whole lines and a cut one fell short of the share a layer needs). Only a short
+    head is looked at again: one line of five or more cannot bring a whole share under a layer's 80 %."""
     stack = detect(lines)
-    if not stack.layers and last_cut and len(lines) > 1:
+    if not stack.layers and last_cut and 1 < len(lines) < SHORT_HEAD_LINES:
         stack = detect(lines[:-1])
     if not stack.layers:
         return stack, lines
