@@ -108,3 +108,32 @@ def test_symm_mem_signature_needs_a_stuck_rank(tmp_path: Path):
     dumps(stuck, "active")                                            # py-spy 'active' is not progress
     (sig,) = by_rule(analyze_folder(stuck))["known-signature"]
     assert sig["signature"] == "symm-mem-window-register" and sig["ranks"] == ["TP0", "TP1"]
+
+
+def test_a_dump_that_names_no_process_counts_only_alone(tmp_path: Path):
+    """The tail of one scheduler's py-spy dump, pasted without its 'Process N:' line: the overlap scheduler's
+    forward thread sits in ncclCommWindowRegister while MainThread (cut above) waits for it.  Alone it is the
+    engine's only stack and matches the signature, in that thread, naming no rank; beside labelled dumps it
+    is taken for a piece of one of them and adds no rank."""
+    tail = ("    event_loop_overlap (scheduler.py:1052)\n    run_scheduler_process (scheduler.py:2612)\n"
+            "    <module> (<string>:1)\n"
+            'Thread 4113894 (idle): "Thread-2 (forward_thread_func)"\n'
+            "    ncclCommWindowRegister (pynccl_wrapper.py:540)\n    register_comm_window_raw (pynccl.py:308)\n"
+            "    __exit__ (pynccl_allocator.py:122)\n    forward (vocab_parallel_embedding.py:476)\n"
+            "    forward_thread_func_ (tp_worker_overlap_thread.py:170)\n    run (threading.py:1012)\n")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "paste.txt").write_text(tail)
+    (sig,) = by_rule(analyze_folder(alone))["known-signature"]
+    assert sig["signature"] == "symm-mem-window-register" and sig["ranks"] == []
+    assert "in thread 'Thread-2 (forward_thread_func)'" in sig["detail"] and "unlabelled" in sig["detail"]
+    beside = tmp_path / "beside"
+    beside.mkdir()
+    (beside / "paste.txt").write_text(tail)
+    for r in range(2):
+        (beside / f"tp{r}.txt").write_text(
+            f"Process {50 + r}: sglang::scheduler_TP{r}\nPython v3.12.3 (/usr/bin/python3.12)\n\n"
+            f'Thread {50 + r} (idle): "MainThread"\n    recv_requests (scheduler.py:1238)\n'
+            "    event_loop_overlap (scheduler.py:1052)\n    <module> (<string>:1)\n")
+    found = analyze_folder(beside)
+    assert "known-signature" not in by_rule(found) and "collective-desync" not in by_rule(found)

@@ -186,7 +186,8 @@ def _finding(rule: Rule, r: dict[str, Any], show_payloads: bool) -> dict[str, An
         title, detail = redact_payloads(title), redact_payloads(detail)
     return {
         "rule": rule.id, "severity": rule.severity, "engine": r["engine"],
-        "ranks": sorted(set(r.get("ranks") or []), key=rank_key), "ts": r.get("ts"), "ts_end": r.get("ts_end"),
+        # (an unlabelled dump's "" is no rank: the finding is then not rank-specific)
+        "ranks": sorted({x for x in r.get("ranks") or [] if x}, key=rank_key), "ts": r.get("ts"), "ts_end": r.get("ts_end"),
         "title": title, "detail": detail, "evidence": uniq, "signature": r.get("signature"),
         "count": int(r.get("count") or 1), "ts_basis": r.get("ts_basis") or "read",
     }

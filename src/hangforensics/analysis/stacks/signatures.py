@@ -221,8 +221,11 @@ def evaluate(store: Store, engine: str, sig: Signature, ev: EngineEvidence | Non
         # a one-sided collective names the peer(s) that never joined: the odd ones out, as a desync does
         ranks = [s.rank for s in (peers or matched)]
         frames = sorted({f for s in matched for f in hits[s.rank]})
-        detail = (f"{compact_ranks([s.rank for s in matched])} ({n} of {total} ranks in this capture) show "
-                  f"{', '.join(frames[:4])} on the main thread")
+        threads = sorted({s.thread for s in matched})
+        where = "on the main thread" if threads == [""] else \
+            "in thread " + ", ".join(repr(t) if t else "MainThread" for t in threads[:3])
+        who = compact_ranks([s.rank for s in matched if s.rank]) or "an unlabelled process (its dump names no rank)"
+        detail = f"{who} ({n} of {total} ranks in this capture) show {', '.join(frames[:4])} {where}"
         if others and m.get("others_in_collective"):
             detail += f", while {compact_ranks([s.rank for s in others])} wait in a collective for them"
         if peers:

@@ -122,6 +122,7 @@ class RankStack:
     pid: int | None = None
     flight_recorder: bool = False       # a Flight Recorder entry's recorded stack, not a live capture
     hand: bool = False                  # a stack a person summarised by hand (stacks.format hand_summary)
+    thread: str = ""                    # the position thread's name where not the main thread ('' there)
 
 
 FR_PENDING = ("started", "scheduled")
@@ -151,9 +152,15 @@ def dumped_threads_of(store: Store, engines: list[str], where: str = "TRUE") -> 
     return out
 
 
-def _as_stack(t: dict, flight_recorder: bool = False) -> RankStack:
+def _as_stack(t: dict, flight_recorder: bool = False, thread: str = "") -> RankStack:
     return RankStack(t["rank"], t["dump_id"], t["ts"], t["thread_state"] or "", t["frames"], t["path"],
-                     t["line"], t["pid"], flight_recorder, t.get("format") == HAND_FORMAT)
+                     t["line"], t["pid"], flight_recorder, t.get("format") == HAND_FORMAT, thread)
+
+
+def _position_of(threads: list[dict]) -> tuple[dict | None, str]:
+    """``position_thread`` and its name where it is not the process's main thread ('' where it is)."""
+    t = position_thread(threads)
+    return t, "" if t is None or t is _main_thread(threads) else (t["thread_name"] or f"thread {t['thread_id']}")
 
 
 HAND_FORMAT = "hand_summary"
@@ -200,13 +207,23 @@ def main_stacks(store: Store, engine: str) -> list[RankStack]:
 def main_stacks_of(store: Store, engines: list[str]) -> dict[str, list[RankStack]]:
     """:func:`main_stacks` of every engine of ``engines`` (one query): engine -> stacks (engines with
     none are missing)."""
-    return {e: _main_of_dumps(by_dump) for e, by_dump in
-            dumped_threads_of(store, engines, "s.rank <> '' OR s.pid IS NOT NULL").items()}
+    return {e: stacks for e, by_dump in dumped_threads_of(store, engines).items()
+            if (stacks := _main_of_dumps(by_dump))}
 
 
 def _main_of_dumps(by_dump: dict[str, list[dict]]) -> list[RankStack]:
+    """Each dump's position; a dump that names neither its rank nor its process (the tail of a py-spy dump
+    pasted without its 'Process N:' line) counts, unlabelled (``""``), only where no other dump does and it
+    waits in a collective: it is then all there is of the engine's stacks (with labelled dumps beside it, it
+    is likely a piece of one of them)."""
     out = []
+    anonymous = []
     for threads in by_dump.values():
+        if all(not t["rank"] and t["pid"] is None for t in threads):
+            t, name = _position_of(threads)
+            if t is not None and collective_of(_as_stack(t))[0] is not None:
+                anonymous.append(_as_stack(t, thread=name))
+            continue
         fr = [t for t in threads if t["format"] == "flight_recorder"]
         if fr:
             # a dump's entry the rank waits in (its newest such), else its newest one
@@ -214,15 +231,15 @@ def _main_of_dumps(by_dump: dict[str, list[dict]]) -> list[RankStack]:
             if t["rank"]:
                 out.append(_as_stack(t, True))
             continue
-        t = position_thread(threads)
+        t, name = _position_of(threads)
         if t is None:
             continue
         if not t["rank"]:
             if t["pid"] is None or collective_of(_as_stack(t))[0] is None:
                 continue
             t = {**t, "rank": f"pid{t['pid']}"}
-        out.append(_as_stack(t))
-    return out
+        out.append(_as_stack(t, thread=name))
+    return out or anonymous
 
 
 def capture_groups(stacks: list[RankStack]) -> list[list[RankStack]]:
