@@ -141,6 +141,54 @@ def test_each_ranks_gloo_error_is_its_own_record(tmp_path: Path) -> None:
     _all_lines_accounted(con)
 
 
+def test_torchs_own_collective_check_names_the_odd_rank(tmp_path: Path) -> None:
+    """The same branch under TORCH_DISTRIBUTED_DEBUG=DETAIL (a real job): torch's ProcessGroupWrapper checks
+    every collective's fingerprint before it runs and each rank raises 'Detected mismatch between collectives
+    on ranks': ranks 0-2 run ALLREDUCE #3 against rank 3's BROADCAST, rank 3 against rank 0's.  Torch's own
+    verdict: one collective-desync naming rank 3 (the minority), each rank's statement a collectives row."""
+    doc, con = _report(JOBS / "op_mismatch_detail", tmp_path)
+    errs = {e["rank"]: e["attrs"] for e in _events(con, "c10d_error")}
+    assert sorted(errs) == ["rank0", "rank1", "rank2", "rank3"]
+    assert all(a["error"] == "collective_mismatch" for a in errs.values())
+    assert [(f["rank"], f["seq"], f["op"]) for f in errs["rank3"]["fingerprints"]] == [(3, 3, "BROADCAST"),
+                                                                                      (0, 3, "ALLREDUCE")]
+    rows = con.execute("SELECT rank, seq, op, records FROM collectives WHERE source = 'mismatch_check' "
+                       "ORDER BY rank").fetchall()
+    assert rows == [(0, 3, "ALLREDUCE", 2), (1, 3, "ALLREDUCE", 1), (2, 3, "ALLREDUCE", 1), (3, 3, "BROADCAST", 4)]
+    (desync,) = [f for f in doc["findings"] if f["rule"] == "collective-desync"]
+    assert desync["ranks"] == ["rank3"]
+    assert "rank0-2 run ALLREDUCE #3 of 64 Float; rank3 runs BROADCAST #3" in desync["detail"]
+    assert not [f for f in doc["findings"] if f["rule"] in HANG_RULES - {"collective-desync"}], doc["findings"]
+    assert doc["engines"][0]["verdict"].startswith("Rank3 out of step")
+    _all_lines_accounted(con)
+
+
+def test_the_collective_check_of_older_releases() -> None:
+    """The check's message across releases (quoted from torch's PRs and issues): 1.10-1.11 name one rank's
+    fingerprint ('running inconsistent collective'), 1.12-2.0 the other rank's op alone, 2.1+ both full
+    fingerprints with sequence numbers and the aspects that differ; a paste may cut the second."""
+    old = ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running inconsistent collective: "
+           "CollectiveFingerPrint(OpType=BROADCAST, TensorShape=[34112], TensorDtypes=Float, TensorDeviceTypes="
+           "TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), requires_grad=false (default), "
+           "pinned_memory=false (default), memory_format=(nullopt))")
+    mid = ("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+           "CollectiveFingerPrint(OpType=ALLREDUCE, TensorShape=[20, 10], TensorDtypes=Float), but Rank 1 is running "
+           "collective: REDUCE.")
+    new = ("[rank1]: RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: "
+           "CollectiveFingerPrint(SequenceNumber=3104, OpType=ALLREDUCE, TensorShape=[195812480], TensorDtypes=BFloat16, "
+           "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda)), but Rank 0 is running collective: "
+           "CollectiveFingerPrint(SequenceNumber=3104, OpType=ALLREDUCE, TensorShape=[51123456], TensorDtypes=BFloat16, "
+           "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda)).Collectives differ in the following "
+           "aspects: \t Tensor Tensor shapes: 195812480vs 51123456")
+    assert classify([old, mid, new]).get_column("kind").to_list() == ["c10d_error"] * 3
+    fps = [torch_job.error_attrs(s, [])["fingerprints"] for s in (old, mid, new)]
+    assert [(f["rank"], f["seq"], f["op"], f["shape"]) for f in fps[0]] == [(0, None, "BROADCAST", [34112])]
+    assert [(f["rank"], f["op"], f["shape"]) for f in fps[1]] == [(0, "ALLREDUCE", [20, 10]), (1, "REDUCE", None)]
+    assert [(f["rank"], f["seq"], f["shape"], f["dtype"]) for f in fps[2]] == [(1, 3104, [195812480], "BFloat16"),
+                                                                             (0, 3104, [51123456], "BFloat16")]
+    assert torch_job.error_attrs(new, [])["differ"] == "Tensor Tensor shapes: 195812480vs 51123456"
+
+
 def test_the_signalled_rank_comes_before_the_launchers_root_cause(tmp_path: Path) -> None:
     """The launcher may observe a peer's exit 1 first (its root cause) while another rank was SIGKILLed: the
     signal is the cause, the exit 1 its consequence.  The real rank_dies summary, with rank 1's entry

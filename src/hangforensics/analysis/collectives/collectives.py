@@ -19,11 +19,12 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from ...parsers.collectives.collective_rows import CollectiveRow
+from ...parsers.collectives.collective_rows import MISMATCH_SOURCE, CollectiveRow
 from ...parsers.collectives.flight_recorder import rank_from_filename
 from ...parsers.collectives.nccl_ras import JOB_PG
 from ...ranks import label_global_rank, rank_key
 from ...store import Store
+from ..stacks.stackclasses import compact_ranks
 from .collective_match import Verdict, VerdictKind, compare_process_groups
 from .desync_facts import attach_reports, bare_pg, tie_reports
 
@@ -131,7 +132,7 @@ def _one_thread(store: Store, sql: str, params: list[Any]) -> list[dict[str, Any
 def _judge(engine: str, view: list[dict], ctx: EngineContext, fr: dict | None,
            dead: list[dict]) -> list[dict[str, Any]]:
     """One engine's verdicts from its view rows (ordered by source, pg, rank, seq) and prefetched facts."""
-    rows, where = _matcher_rows([r for r in view if r["source"] != "desync_report"])
+    rows, where = _matcher_rows([r for r in view if r["source"] not in ("desync_report", MISMATCH_SOURCE)])
     # a rank whose dump exists is not missing, even when nothing of a group is left in it (or it was refused)
     dumps = fr["paths"] if fr else []
     reporters = {"flight_recorder": [r for d in dumps if (r := rank_from_filename(d)) is not None]}
@@ -141,9 +142,59 @@ def _judge(engine: str, view: list[dict], ctx: EngineContext, fr: dict | None,
     reports = tie_reports([r for r in view if r["source"] == "desync_report"],
                           [r for r in view if r["source"] == "torch_nccl"])
     out = attach_reports(out, reports, ctx.label)
+    out += _mismatch_verdicts(engine, [r for r in view if r["source"] == MISMATCH_SOURCE], ctx.label)
     if not any(v["source"] == "nccl_ras" and v["verdict"] == "absent" for v in out):
         out += _unranked_dead(engine, dead)          # a named absent rank says more than an unnamed process
     return out
+
+
+def _mismatch_verdicts(engine: str, rows: list[dict], label: Any) -> list[dict[str, Any]]:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL's mismatch check is torch's own cross-rank verdict (each rank's collective
+    fingerprint checked against the others' before it runs): a desync, whose odd ranks are those outside the
+    fingerprint most ranks run; with no majority (two ranks, or the other rank's fingerprint cut from a paste)
+    every rank it names is named."""
+    if not rows:
+        return []
+    prints: dict[int, tuple] = {}
+    for r in sorted(rows, key=lambda r: (json.loads(r["attrs"] or "{}").get("peer", False), r["line"] or 0)):
+        a = json.loads(r["attrs"] or "{}")
+        # (a rank's own statement first: what the rank itself runs)
+        prints.setdefault(r["rank"], (r["seq"], r["op"] or "", tuple(map(tuple, a.get("input_sizes") or ())),
+                                      tuple(a.get("input_dtypes") or ())))
+    by_print: dict[tuple, list[int]] = defaultdict(list)
+    for rank, fp in sorted(prints.items()):
+        by_print[fp].append(rank)
+    ranked = sorted(by_print.items(), key=lambda kv: -len(kv[1]))
+    major = ranked[0][1] if len(ranked) > 1 and len(ranked[0][1]) > len(ranked[1][1]) else []
+    odd = sorted(r for r in prints if r not in major)
+
+    def says(fp: tuple, ranks: list[int]) -> str:
+        seq, op, sizes, dtypes = fp
+        what = (op or "a collective") + (f" #{seq}" if seq is not None else "")
+        if sizes:
+            what += f" of {'x'.join(map(str, sizes[0])) or 'scalar'}" + (f" {dtypes[0]}" if dtypes else "")
+        return f"{compact_ranks([label(r) for r in ranks])} {'runs' if len(ranks) == 1 else 'run'} {what}"
+
+    differ = next((a["differ"] for r in rows if (a := json.loads(r["attrs"] or "{}")).get("differ")), None)
+    detail = ("torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL, before each collective) found the ranks "
+              "running different collectives: " + "; ".join(says(fp, ranks) for fp, ranks in ranked)
+              + (f" (torch: {differ})" if differ else "") + ". ")
+    if major:
+        detail += f"{compact_ranks([label(r) for r in odd])} {'is' if len(odd) == 1 else 'are'} the minority: out of step."
+    elif len(prints) == 1:
+        detail += ("The other rank's fingerprint is not in the evidence (cut from it): the rank the check names is "
+                   "named.")
+    else:
+        detail += "No fingerprint is run by a majority: every rank the check names is named."
+    detail += " Ranks of one group must issue the same collectives in the same order: the check raised there."
+    fp0 = ranked[0][0] if major else (None, None, (), ())
+    return [{"engine": engine, "source": MISMATCH_SOURCE, "pg": rows[0]["pg"], "verdict": "desync",
+             "ranks": sorted((label(r) for r in odd), key=rank_key),
+             "majority_ranks": sorted((label(r) for r in major), key=rank_key),
+             "seq": fp0[0], "op": fp0[1] or None,
+             "ts": min((r["ts"] for r in rows if r["ts"] is not None), default=None), "ts_basis": "read",
+             "detail": detail,
+             "evidence": [{"file": r["path"], "line": r["line"]} for r in sorted(rows, key=lambda r: r["line"] or 0)][:12]}]
 
 
 def _unranked_dead_facts(store: Store, engines: list[str]) -> dict[str, list[dict]]:

@@ -17,6 +17,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 SOURCES = ("torch_nccl", "flight_recorder", "nccl_ras")
+# TORCH_DISTRIBUTED_DEBUG=DETAIL's collective check ('Detected mismatch between collectives on ranks'), which
+# does not print the group it checked
+MISMATCH_SOURCE = "mismatch_check"
+MISMATCH_PG = "a process group (unnamed)"
 
 # Row states.  Pending: the rank entered the collective and it has not finished there.
 PENDING_STATES = frozenset({"scheduled", "started", "timeout", "launched"})

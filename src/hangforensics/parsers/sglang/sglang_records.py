@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ..collectives import desync_report, torch_nccl
+from ..collectives.collective_rows import MISMATCH_PG, MISMATCH_SOURCE
 from ..stacks import faulthandler, native_trace, pyspy, stackrows
 from ..torch_jobs import torch_job, train_steps
 from . import leaks
@@ -216,7 +217,24 @@ def _set_rank(rec: Record, out: RecordRows, rank: int | None) -> None:
 def _c10d_error(rec: Record, out: RecordRows) -> dict[str, Any]:
     attrs = torch_job.error_attrs(rec.body, rec.cont)
     _set_rank(rec, out, attrs.pop("global_rank", None))
+    if attrs.get("error") == "collective_mismatch":
+        out.collective_records.extend(_mismatch_records(rec, attrs, out))
     return attrs
+
+
+def _mismatch_records(rec: Record, attrs: dict[str, Any], rr: RecordRows) -> list[dict[str, Any]]:
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL's mismatch, one ``collectives`` row per rank it names: the collective
+    each runs (``seq`` torch's SequenceNumber, where printed), as the reporting rank's check saw it."""
+    out = []
+    for k, f in enumerate(attrs["fingerprints"]):
+        extra = {"seq_kind": "collective", "reporter": attrs["fingerprints"][0]["rank"], "peer": k > 0,
+                 "input_sizes": [f["shape"]] if f["shape"] is not None else None,
+                 "input_dtypes": [f["dtype"]] if f["dtype"] else None, "differ": attrs.get("differ")}
+        out.append({"engine": rr.engine, "path": rr.path, "line": rec.line, "source": MISMATCH_SOURCE,
+                    "rank": f["rank"], "pg": MISMATCH_PG, "pg_desc": None, "pg_ranks": None, "seq": f["seq"],
+                    "op": f["op"] or "", "state": "started", "ts": rec.ts,
+                    "attrs": json.dumps({k2: v for k2, v in extra.items() if v is not None})})
+    return out
 
 
 def _rank_traceback(rec: Record, out: RecordRows) -> dict[str, Any]:

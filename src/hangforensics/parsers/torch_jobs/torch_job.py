@@ -64,7 +64,8 @@ RANK_TRACEBACK = r"^\[rank\d+\]: ?Traceback \(most recent call last\):"
 _EXC = r"(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)"
 _GLOO_SRC = r"\[(?:enforce fail at )?[^\]]*\bgloo/[^\]]*\]"
 _C10D_PHRASES = (r"Timed out waiting \d+ms for (?:recv|send) operation|Gloo connectFullMesh failed"
-                 r"|is setting up NCCL communicator|NCCL communicator was aborted|NCCL error in: ")
+                 r"|is setting up NCCL communicator|NCCL communicator was aborted|NCCL error in: "
+                 r"|Detected mismatch between collectives on ranks")
 C10D_ERROR = (_RANK + r"(?:(?:torch\.distributed\.)?Dist(?:Backend|Network|Store|QueueEmpty)?Error: "
               r"|" + _EXC + r": (?:" + _GLOO_SRC + r"|.*(?:" + _C10D_PHRASES + r"))"
               r"|terminate called after throwing an instance of 'gloo::)")
@@ -157,7 +158,46 @@ def error_attrs(first: str, cont: list[str]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+# TORCH_DISTRIBUTED_DEBUG=DETAIL's check (c10d ProcessGroupWrapper, before every collective): each rank's
+# fingerprint against another rank's.  torch >= 2.1: 'Detected mismatch between collectives on ranks. Rank 0 is
+# running collective: CollectiveFingerPrint(SequenceNumber=3, OpType=ALLREDUCE, TensorShape=[64], TensorDtypes=
+# Float, TensorDeviceTypes=TensorOptions(...)), but Rank 3 is running collective: CollectiveFingerPrint(...).
+# Collectives differ in the following aspects: \t Op type: ALLREDUCEvs BROADCAST'; 1.12-2.0 without the
+# aspects, the other rank's op alone ('... but Rank 1 is running collective: REDUCE.'); 1.10-1.11 one rank's
+# ('Rank 0 is running inconsistent collective: CollectiveFingerPrint(OpType=BROADCAST, ...)').
+MISMATCH = "Detected mismatch between collectives on ranks"
+_FINGERPRINT_RE = re.compile(r"Rank (\d+) is running (?:inconsistent )?collective: ?(.*?)(?=,? ?but Rank \d+ is running|$)")
+_FP_SEQ_RE = re.compile(r"SequenceNumber=(\d+)")
+_FP_OP_RE = re.compile(r"OpType=(\w+)")
+_FP_BARE_OP_RE = re.compile(r"^([A-Z_][A-Z_0-9]*)\b")          # 1.12-2.0: the other rank's op alone
+_FP_SHAPE_RE = re.compile(r"TensorShape=\[([\d, ]*)\]")
+_FP_DTYPE_RE = re.compile(r"TensorDtypes=(\w+)")
+_ASPECTS_RE = re.compile(r"Collectives differ in the following aspects:\s*(.*)$")
+
+
+def mismatch_fingerprints(msg: str) -> list[dict[str, Any]]:
+    """The collective each rank the check names is running, in the message's order (the reporting rank's
+    first): rank, seq (torch's per-group SequenceNumber; None before 2.0), op, shape, dtype; a fingerprint cut
+    short (a paste) keeps what it shows."""
+    text = msg.split("Collectives differ in the following aspects:")[0]
+    out = []
+    for m in _FINGERPRINT_RE.finditer(text):
+        fp = m.group(2)
+        seq, op = _FP_SEQ_RE.search(fp), _FP_OP_RE.search(fp) or _FP_BARE_OP_RE.match(fp)
+        shape, dtype = _FP_SHAPE_RE.search(fp), _FP_DTYPE_RE.search(fp)
+        out.append({"rank": int(m.group(1)), "seq": int(seq.group(1)) if seq else None,
+                    "op": op.group(1) if op else None,
+                    "shape": [int(x) for x in shape.group(1).replace(" ", "").split(",") if x] if shape else None,
+                    "dtype": dtype.group(1) if dtype else None})
+    return out
+
+
 def _classify(msg: str) -> dict[str, Any]:
+    if MISMATCH in msg:
+        aspects = _ASPECTS_RE.search(msg)
+        return {"error": "collective_mismatch", "event": "collective_mismatch",
+                "fingerprints": mismatch_fingerprints(msg),
+                "differ": re.sub(r"\s+", " ", aspects.group(1)).strip()[:300] if aspects else None}
     t = _TIMEOUT_RE.search(msg)
     if t:
         return {"error": "timeout", "event": "collective_timeout", "timeout_ms": int(t.group(1)), "op": t.group(2)}
@@ -199,6 +239,10 @@ def _reason(msg: str, a: dict[str, Any]) -> str:
         return "Connection closed by peer" + (f" {a['peer']}" if a.get("peer") else "")
     if a.get("error") == "connection_reset":
         return "Connection reset by peer" + (f" {a['peer']}" if a.get("peer") else "")
+    if a.get("error") == "collective_mismatch":
+        said = " but ".join(f"rank{f['rank']} runs {f['op'] or 'a collective'}"
+                            + (f" #{f['seq']}" if f["seq"] is not None else "") for f in a["fingerprints"])
+        return f"{MISMATCH}: {said}" + (f" ({a['differ']})" if a.get("differ") else "")
     first = re.split(r"(?<=[.!?]) ", msg.strip(), maxsplit=1)[0]
     return first[:200]
 
