@@ -571,7 +571,7 @@ STACKS = [EnvelopeStack()] + [EnvelopeStack((n,), (p,)) for n, ps in {
     "kubectl": [""], "cri": [""], "docker_json": [""], "journald": ["short", "short-iso", "json"],
     "syslog": ["5424", "3164"], "fluentbit": ["log\tdate"], "vector": ["message\ttimestamp"], "ansi": [""],
     "compose": [""], "markdown": ["", "fenced", "quote,fenced"], "viewer_lineno": ["bracket", "pipe", "colon", "tab"],
-    "viewer_ts": [" "], "hard_wrap": ["8", "20"]}.items() for p in ps] + [
+    "viewer_ts": [" "], "hard_wrap": ["8", "20"], "time_of_day": [""]}.items() for p in ps] + [
     EnvelopeStack(("markdown", "compose", "kubectl"), ("fenced", "", "")),
     EnvelopeStack(("hard_wrap", "markdown", "cri"), ("12", "fenced", "")),
     EnvelopeStack(("cri", "hard_wrap", "markdown"), ("", "10", "quote,fenced")),
@@ -582,7 +582,7 @@ STACKS = [EnvelopeStack()] + [EnvelopeStack((n,), (p,)) for n, ps in {
 PIECES = ["2026-05-24T03:44:45.123456789Z ", " stderr P ", " stdout F ", "sglang-1  | ", "> ", ">", "```", "~~~",
           "<details>", '{"log":"', '\\n","stream":"stderr","time":"2026-05-24T03:44:45Z"}', '{"MESSAGE":[255,65],',
           '"__REALTIME_TIMESTAMP":"99999999999999999999"}', "May 24 03:44:45 gpu-07 python3[1]: ", "Feb 29 ",
-          "<14>1 - - - - - - ", "<14>May 24 03:44:45 h a: ", "[2026-05-24 03:44:45 TP0] ", "[80746] ", " 1234 | ",
+          "<14>1 - - - - - - ", "<14>May 24 03:44:45 h a: ", "[2026-05-24 03:44:45 TP0] ", "[23:59:58 TP1] ", "[80746] ", " 1234 | ",
           "12:", " 34513\t", "\x1b[32m", "\x1b]0;t\x07", "\r", "\t", "    ", "\\", '"', "{", "}", "9999-99-99T99:99:99Z ",
           "0000-01-01T00:00:00+99:99 "]
 line_st = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=8)), max_size=6).map("".join).map(
@@ -652,3 +652,38 @@ def test_a_short_excerpt_cut_mid_line_keeps_its_json_envelope(tmp_path: Path, na
     cut = tmp_path / name
     cut.write_text("\n".join(whole[:3]) + "\n" + whole[3][: len(whole[3]) // 2])
     assert sniff_kind(cut) == (full_kind, full_stack) and full_stack.layers
+
+
+def test_sglang_2024_time_of_day_head_gets_its_date(tmp_path: Path) -> None:
+    """SGLang's 2024 releases printed '[04:40:55 TP0] Decode batch. ...': the date is put in from the file's
+    modification time (a line later in the day than it is of the day before), the next day after midnight;
+    the file is then read as any SGLang log: its batch lines, access lines and traceback."""
+    from hangforensics.api import ingest
+    from hangforensics.store import Store
+
+    def decode(t: str, n: int) -> str:
+        return (f"[{t} TP0] Decode batch. #running-req: {n}, #token: 4078, token usage: 0.00, "
+                "gen throughput (token/s): 447.31, #queue-req: 0")
+
+    lines = [decode("23:59:58", 2), 'INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK',
+             decode("23:59:59", 2), decode("00:00:01", 1),
+             "[00:00:02 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+             '  File "scheduler.py", line 1, in event_loop', "RuntimeError: boom"]
+    assert detect(lines).name == "time_of_day"
+    assert detect(["[12:00:01] Starting worker", "[12:00:02] Worker ready", "[12:00:03] Done"]).name == "none"
+    rs = EnvelopeStack(("time_of_day",), ("",)).record_start()
+    assert rs.match(b"\n[04:40:55 TP0] Decode") and not rs.match(b"\n  File x")
+    log = tmp_path / "engine" / "server.log"
+    log.parent.mkdir()
+    log.write_text("\n".join(lines) + "\n")
+    mtime = datetime(2024, 8, 31, 0, 5).timestamp()
+    os.utime(log, (mtime, mtime))
+    db = tmp_path / "x.duckdb"
+    ingest([log.parent], db=db)
+    with Store(db) as st:
+        assert st.scalar("SELECT envelope FROM sources") == "time_of_day"
+        assert [r["ts"] for r in st.query("SELECT ts FROM batches ORDER BY line")] == [
+            datetime(2024, 8, 30, 23, 59, 58), datetime(2024, 8, 30, 23, 59, 59), datetime(2024, 8, 31, 0, 0, 1)]
+        assert st.scalar("SELECT count(*) FROM http_requests") == 1
+        assert st.scalar("SELECT ts FROM events WHERE kind = 'scheduler_exception'") == datetime(2024, 8, 31, 0, 0, 2)
+        assert st.scalar("SELECT sum(unparsed_lines) FROM sources") == 0

@@ -146,7 +146,8 @@ class PayloadReader:
                 return cls(NONE)
         else:
             payload = Unwrapper(stack, year_hint=2000).feed(head, 1, final=True).payload if head else []
-        return cls(stack, year_hint([] if resumed else payload, mtime))
+        # (a payload whose dates the envelope put in is dated near the file's modification time itself)
+        return cls(stack, year_hint([] if resumed or "time_of_day" in stack.layers else payload, mtime))
 
     def record_start(self) -> re.Pattern[bytes]:
         """Where a log's chunks may be cut: before a payload record head behind this envelope."""

@@ -14,7 +14,8 @@ Layers (names go to ``sources.envelope``, joined with ``+``):
 - pastes: ``markdown`` (``> `` quotes, fences, ``<details>``, prose between fenced blocks),
   ``viewer_lineno``, ``viewer_ts`` (a viewer's time column, any precision), ``hard_wrap`` (a fixed width, or
   ``v<W>``: varying widths, cut mid-token), ``launcher`` (a multi-node launcher's ``<host> [stderr] `` on a
-  message's first row, its wrapped rows joined), ``proc_tag``, ``indent``.
+  message's first row, its wrapped rows joined), ``proc_tag``, ``indent``;
+- a release's head: ``time_of_day`` (SGLang 2024: ``[04:40:55 TP0]``, the date put in from the file's time).
 
 Nothing is lost: every physical line ends up in exactly one payload line (``span`` counts them) or in
 ``dropped`` (fence and tag lines, prose), with its original text.  Pure Python, no DuckDB.

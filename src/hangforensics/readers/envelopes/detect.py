@@ -16,6 +16,7 @@ from .pastes import (
     _TAG,
     _VLLM_RECORD,
     _VTS,
+    TIME_OF_DAY,
     _Compose,
     _Launcher,
     _ProcTag,
@@ -361,6 +362,22 @@ def _detect_indent(lines: list[str], need: float) -> str | None:
     return ws.replace("\t", "\\t").replace(" ", "s")
 
 
+_TIME_OF_DAY = re.compile("^" + TIME_OF_DAY, re.ASCII)
+# what only SGLang prints behind such a head: a rank tag, its batch lines
+_SGLANG_TOD = re.compile(r"^\[\d\d:\d\d:\d\d(?:[.,]\d+)? (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+|^\[[\d:.,]+\] (?:Prefill|Decode) batch",
+                         re.ASCII)
+
+
+def _detect_time_of_day(lines: list[str], need: float) -> str | None:
+    """SGLang's 2024 head with the time of day alone, on a share of the lines (its access lines, tracebacks
+    and dumps have none), two of them at least with what only SGLang prints after it."""
+    ne = _nonblank(lines)
+    ms = [s for s in ne if _TIME_OF_DAY.match(s)]
+    if len(ms) < 2 or len(ms) < 0.3 * len(ne) or sum(1 for s in ms if _SGLANG_TOD.match(s)) < 2:
+        return None
+    return ""
+
+
 # Tried in this order at each level, outermost envelope first.
 _DETECTORS: list[tuple[str, Callable[[list[str], float], str | tuple[str, str] | None]]] = [
     ("ansi", _detect_ansi),
@@ -377,6 +394,7 @@ _DETECTORS: list[tuple[str, Callable[[list[str], float], str | tuple[str, str] |
     ("viewer_ts", _detect_viewer_ts),
     ("proc_tag", _detect_proc_tag),
     ("indent", _detect_indent),
+    ("time_of_day", _detect_time_of_day),
 ]
 MAX_LAYERS = 4
 SAMPLE_LINES = 200

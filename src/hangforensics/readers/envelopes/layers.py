@@ -90,6 +90,11 @@ class _Layer:
         """Regex of the prefix this layer puts before a payload line (for cutting chunks)."""
         return ""
 
+    def head(self) -> str | None:
+        """Regex of a record's head as the file has it, where this innermost layer rewrites it (else the
+        payload's own head, PAYLOAD_HEAD)."""
+        return None
+
     def run(self, it: _Items, final: bool) -> _Items:
         return it
 

@@ -4,7 +4,7 @@ pastes (quotes, fences, details tags, prose), a viewer's line numbers and timest
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from .layers import EVIDENCE, LINE_START, _Items, _Layer, _PrefixLayer
@@ -141,6 +141,55 @@ class _ViewerTs(_PrefixLayer):
 
     def ts_of(self, m: re.Match[str]) -> datetime | None:
         return _iso_ts(*m.group(1, 2, 3))
+
+
+# SGLang's 2024 releases printed the time of day alone: '[04:40:55 TP0] Decode batch. #running-req: 2, ...'.
+TIME_OF_DAY = (r"\[(\d\d):(\d\d):(\d\d)((?:[.,]\d{1,6})?(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*\] )")
+# a step back larger than this is the next day (lines out of order by less are not)
+_NEW_DAY_S = 3600
+
+
+class _TimeOfDay(_Layer):
+    """SGLang lines whose head has the time of day and no date: the date is put in (the payload is the head
+    of a dated SGLang line), from the file's modification time: a line later in the day than it is of the day
+    before, and a step back by more than an hour from the last line is the next day."""
+
+    name = "time_of_day"
+
+    def __init__(self, param: str, u: Unwrapper) -> None:
+        super().__init__(param, u)
+        self.rx = re.compile("^" + TIME_OF_DAY, re.ASCII)
+        self.day: date | None = None
+        self.last = 0
+
+    def head(self) -> str:
+        return TIME_OF_DAY
+
+    def _first_day(self, secs: int) -> date:
+        hint = self.u.years.hint
+        if isinstance(hint, datetime):
+            at = hint.hour * 3600 + hint.minute * 60 + hint.second
+            return hint.date() - timedelta(days=1) if secs > at + 60 else hint.date()
+        if isinstance(hint, date):
+            return hint
+        return date(hint if isinstance(hint, int) else 1970, 1, 1)
+
+    def run(self, it: _Items, final: bool) -> _Items:
+        match = self.rx.match
+        txt: list[str] = []
+        for s in it.txt:
+            m = match(s)
+            if m is None:
+                txt.append(s)
+                continue
+            secs = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+            if self.day is None:
+                self.day = self._first_day(secs)
+            elif secs < self.last - _NEW_DAY_S:
+                self.day += timedelta(days=1)
+            self.last = secs
+            txt.append(f"[{self.day.isoformat()} {s[1:]}")
+        return _Items(txt, it.ln, it.sp, it.ts)
 
 
 def _wrap_continues(s: str) -> bool:

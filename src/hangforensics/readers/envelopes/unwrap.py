@@ -17,6 +17,7 @@ from .pastes import (
     _Launcher,
     _Markdown,
     _ProcTag,
+    _TimeOfDay,
     _ViewerLineno,
     _ViewerTs,
 )
@@ -25,7 +26,7 @@ from .times import _Years
 _LAYERS: dict[str, type[_Layer]] = {
     cls.name: cls for cls in (_Kubectl, _Cri, _DockerJson, _Journald, _Syslog, _Compose, _Ansi, _Markdown,
                               _ViewerLineno, _ViewerTs, _HardWrap, _Fluentbit, _Vector, _ProcTag, _Indent,
-                              _Launcher)
+                              _Launcher, _TimeOfDay)
 }
 # Every layer name detect() can return.
 LAYER_NAMES = tuple(_LAYERS)
@@ -60,7 +61,9 @@ class EnvelopeStack:
 @lru_cache(maxsize=64)
 def _record_start(stack: EnvelopeStack) -> re.Pattern[bytes]:
     prefix = stack.prefix_pattern().replace("\\u2502", "\\xe2\\x94\\x82")   # '│' as its UTF-8 bytes
-    return re.compile(b"\n" + prefix.encode("ascii", "backslashreplace") + PAYLOAD_HEAD.encode("ascii"))
+    layers = Unwrapper(stack).layers
+    head = (layers[-1].head() if layers else None) or PAYLOAD_HEAD
+    return re.compile(b"\n" + prefix.encode("ascii", "backslashreplace") + head.encode("ascii"))
 
 
 NONE = EnvelopeStack()
