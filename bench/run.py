@@ -7,6 +7,7 @@
     python bench/run.py --sizes 445 --runs 3 --fleets ""        # the single-log figure: 3 paired runs
     python bench/run.py --fleets 300x1 --executors local,ray    # local against Ray
     python bench/run.py --sizes 445 --fleets "" --mixed       # a fleet of every evidence kind beside one log
+    python bench/run.py --sizes 445 --fleets "" --mixed --fresh-copy   # ... and a copy of it made just before
     python bench/run.py --sizes 445 --fleets "" --other 0.03  # a log with 3 % other messages, as real ones
 
 Ingest runs are paired with ``grep -c batch`` on the same file (page cache warm) and the medians reported,
@@ -118,7 +119,8 @@ def ensure_fleet(engines: int, mb: float) -> Path:
     return path
 
 
-def fleet_scans(fleet: Path, fleet_mb: float, engines: int, mode: str, tmp: Path, runs: int = 1) -> list[tuple]:
+def fleet_scans(fleet: Path, fleet_mb: float, engines: int, mode: str, tmp: Path, runs: int = 1,
+                note: str = "") -> list[tuple]:
     """A full scan (the median of ``runs``, each into a new database) and unchanged rescans of the fleet with
     one executor (a Ray scan starts a single-node Ray of its own, as cron would run it); the rescan budget is
     2 % of the full scan or 2 s, the larger.  The scan's own phase times (``scans.ingest_s``, ``analyze_s``)
@@ -133,7 +135,7 @@ def fleet_scans(fleet: Path, fleet_mb: float, engines: int, mode: str, tmp: Path
         full.append((*measure(cmd), LAST["largest"], LAST["pss"], LAST["cpu"], _phases(db)))
     t_full, rss_full, largest, pss, cpu, phases = sorted(full, key=lambda r: r[0])[len(full) // 2]
     FLEETS.append({"engines": engines, "mb": fleet_mb, "mode": mode, "scan": t_full, **phases})
-    rows = [(f"scan {engines} engines, {fleet_mb:.0f} MB, --executor {mode}", t_full, rss_full,
+    rows = [(f"scan {engines} engines, {fleet_mb:.0f} MB, --executor {mode}{note}", t_full, rss_full,
              f"{fleet_mb / t_full:.1f} MB/s; ingest {phases['ingest_s']:.1f} s, analysis {phases['analyze_s']:.2f} s "
              f"(**{1000 * phases['analyze_s'] / engines:.1f} ms per engine**), reports {phases['report_s']:.1f} s; "
              f"largest process {largest:.0f} MB; all processes {pss:.0f} MB PSS; CPU {cpu:.1f} s"
@@ -141,7 +143,7 @@ def fleet_scans(fleet: Path, fleet_mb: float, engines: int, mode: str, tmp: Path
              + (f"; **{fleet_mb / t_full / SINGLE[0]:.2f} of the single log's MB/s**" if SINGLE else ""))]
     t_re, rss_re = best(cmd)
     budget = max(0.02 * t_full, 2.0)
-    rows.append((f"rescan, nothing changed, --executor {mode}", t_re, rss_re,
+    rows.append((f"rescan, nothing changed, --executor {mode}{note}", t_re, rss_re,
                  f"{100 * t_re / t_full:.1f} % of the full scan; budget {budget:.1f} s: "
                  f"{'met' if t_re <= budget else 'MISSED'}"))
     if mode == "ray":
@@ -204,6 +206,9 @@ def main() -> None:
                     help="also scan this fleet folder (an engine per subfolder: real evidence of every kind)")
     ap.add_argument("--mixed", action="store_true",
                     help="also scan a fleet of every evidence kind (generate.py mixed: ~216 engines, ~300 MB)")
+    ap.add_argument("--fresh-copy", action="store_true",
+                    help="also scan a copy of each fleet folder made just before (every file written minutes ago: "
+                         "live, as a fleet copied or unpacked for the scan is)")
     ap.add_argument("--executors", default="local", help="scan the first fleet with each of these executors "
                     "(local, ray); the others with the first")
     ap.add_argument("--runs", type=int, default=3, help="paired grep / ingest runs per size (medians reported)")
@@ -252,6 +257,14 @@ def main() -> None:
             # (the fleets set against the single log: as many full scans as single-log runs, the median)
             rows += fleet_scans(folder, fleet_mb, engines, modes[0], tmp, runs=a.runs)
             FLEETS.pop()                  # not a generated fleet: no point of the slope
+            if a.fresh_copy:
+                # the same fleet copied just before its scan (new modification times): every file is live
+                copy = tmp / f"fresh-{folder.name}"
+                shutil.copytree(folder, copy, copy_function=shutil.copyfile)
+                rows += fleet_scans(copy, fleet_mb, engines, modes[0], tmp, runs=a.runs,
+                                    note=" (copied just before: every file live)")
+                FLEETS.pop()
+                shutil.rmtree(copy)
         rows += slope_rows()
         if fleets:
             db = tmp / f"fleet-{fleets[0][0]}-{modes[0]}.duckdb"

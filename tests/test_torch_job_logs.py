@@ -163,6 +163,49 @@ def test_torchs_own_collective_check_names_the_odd_rank(tmp_path: Path) -> None:
     _all_lines_accounted(con)
 
 
+@pytest.mark.parametrize(("scenario", "odd"), [("missing_collective_detail", "rank2"),
+                                              ("extra_collective_detail", "rank1")])
+def test_the_collective_check_of_other_branches(tmp_path: Path, scenario: str, odd: str) -> None:
+    """Rank 2 skips an all_reduce; rank 1 issues one more (the others' check prints compact fingerprints,
+    'SequenceNumber=3OpType=BARRIER', and rank 1's as the check's own gather): the odd rank is named."""
+    doc, con = _report(JOBS / scenario, tmp_path)
+    (desync,) = [f for f in doc["findings"] if f["rule"] == "collective-desync"]
+    assert desync["ranks"] == [odd]
+    assert not [f for f in doc["findings"] if f["rule"] in HANG_RULES - {"collective-desync"}], doc["findings"]
+    _all_lines_accounted(con)
+
+
+def test_a_rank_that_never_reaches_the_monitored_barrier_stopped_first(tmp_path: Path) -> None:
+    """Rank 2 spins in Python under TORCH_DISTRIBUTED_DEBUG=DETAIL: the check's monitored barrier times out,
+    rank 0 (its coordinator) names rank 2, ranks 1 and 3 say they arrived and point at rank 0's log.  Rank 2
+    stopped first (not rank 0, whose exit the launcher saw first); the glog lines or the tracebacks alone say
+    it."""
+    doc, con = _report(JOBS / "busy_rank_detail", tmp_path)
+    (first,) = [f for f in doc["findings"] if f["rule"] == "first-rank-stopped"]
+    assert first["ranks"] == ["rank2"] and "monitored barrier" in first["title"]
+    assert "8000 ms" in first["detail"]
+    assert doc["engines"][0]["verdict"].startswith("Rank2 stopped first")
+    _all_lines_accounted(con)
+    lines = (JOBS / "busy_rank_detail" / "logs" / "job.log").read_text().splitlines()
+    only_tracebacks = tmp_path / "tracebacks" / "job.log"
+    only_tracebacks.parent.mkdir()
+    only_tracebacks.write_text("\n".join(s for s in lines if "ProcessGroupGloo.cpp" not in s) + "\n")
+    doc2, _ = _report(only_tracebacks.parent, tmp_path / "r2")
+    assert [f["ranks"] for f in doc2["findings"] if f["rule"] == "first-rank-stopped"] == [["rank2"]]
+
+
+def test_monitored_barrier_messages() -> None:
+    from hangforensics.parsers.collectives.torch_nccl import barrier_facts
+
+    assert barrier_facts("[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 1800000 ms") == {
+        "event": "monitored_barrier", "barrier_failed": [1, 3], "barrier_timeout_ms": 1800000}
+    assert barrier_facts("[Rank 0]: Rank 2 failed to pass monitoredBarrier in 8000 ms")["barrier_failed"] == [2]
+    assert barrier_facts("Rank 1 successfully reached monitoredBarrier, but received errors while waiting for "
+                         "send/recv from rank 0. Please check rank 0 logs for faulty rank.") == {
+        "event": "monitored_barrier", "barrier_reached": 1, "barrier_coordinator": 0}
+    assert barrier_facts("Rank 1 entered the barrier") == {}
+
+
 def test_the_collective_check_of_older_releases() -> None:
     """The check's message across releases (quoted from torch's PRs and issues): 1.10-1.11 name one rank's
     fingerprint ('running inconsistent collective'), 1.12-2.0 the other rank's op alone, 2.1+ both full

@@ -93,7 +93,7 @@ VIEW_NOTES.update({
 # Columns of the convenience views (VIEWS): what each means.  The types come from the views themselves.
 VIEW_COLUMNS: dict[str, dict[str, str]] = {
     "collectives": {
-        "engine": "the engine", "source": "torch_nccl, flight_recorder, nccl_ras, fr_trace, desync_report or mismatch_check",
+        "engine": "the engine", "source": "torch_nccl, flight_recorder, nccl_ras, fr_trace, desync_report, mismatch_check or monitored_barrier",
         "rank": "global rank ('[rankN]:' prefix, a Flight Recorder dump's file-name suffix, RAS 'Rank N' of its "
                 "communicator, the desync report's ranks where they are global)",
         "pg_rank": "rank within the process group (torch lines' 'Rank N'), when no global rank is printed",

@@ -373,7 +373,7 @@ TABLES: dict[str, str] = {
         engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
         path VARCHAR,                   -- file the record was read from, relative to the ingest root
         line BIGINT,                    -- line of the record in that file (for a Flight Recorder dump: the entry's number, from 1)
-        source VARCHAR,                 -- flight_recorder (a rank's dump), nccl_ras (ncclras output, text or JSON), fr_trace (torch's Flight Recorder analyzer's text), desync_report (TORCH_NCCL_DESYNC_DEBUG lines of a ProcessGroupNCCL timeout) or mismatch_check (TORCH_DISTRIBUTED_DEBUG=DETAIL's 'Detected mismatch between collectives', each rank it names)
+        source VARCHAR,                 -- flight_recorder (a rank's dump), nccl_ras (ncclras output, text or JSON), fr_trace (torch's Flight Recorder analyzer's text), desync_report (TORCH_NCCL_DESYNC_DEBUG lines of a ProcessGroupNCCL timeout) mismatch_check (TORCH_DISTRIBUTED_DEBUG=DETAIL's 'Detected mismatch between collectives', each rank it names) or monitored_barrier (torch's monitored barrier: the ranks that never arrived, absent, and those that did)
         rank INTEGER,                   -- global rank (a Flight Recorder dump's file-name suffix; RAS: the rank in the communicator, global when it spans the job); NULL when not printed
         pg VARCHAR,                     -- process group (name / GUID as printed, the desync report's that of its timeout line), NCCL communicator hash, or '(job)' for a RAS process of the whole job
         pg_desc VARCHAR,                -- the group's description (tp:0, default_pg, ...; RAS: the block, e.g. #0-0)
@@ -397,7 +397,7 @@ TABLES: dict[str, str] = {
     """,
     "collective_verdicts": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence, as named under the ingest root
-        source VARCHAR,                 -- torch_nccl, flight_recorder, nccl_ras, fr_trace, desync_report or mismatch_check: one verdict never mixes sources
+        source VARCHAR,                 -- torch_nccl, flight_recorder, nccl_ras, fr_trace, desync_report, mismatch_check or monitored_barrier: one verdict never mixes sources
         pg VARCHAR,                     -- the process group compared (never compared across groups)
         verdict VARCHAR,                -- desync (ranks disagree), absent (a member missing or dead), agree, split (a tie: no majority) or undecided (one rank: nothing to compare)
         ranks VARCHAR[],                -- the odd ranks: the minority, or the absent members

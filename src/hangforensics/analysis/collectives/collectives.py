@@ -19,7 +19,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from ...parsers.collectives.collective_rows import MISMATCH_SOURCE, CollectiveRow
+from ...parsers.collectives.collective_rows import BARRIER_SOURCE, MISMATCH_SOURCE, CollectiveRow
 from ...parsers.collectives.flight_recorder import rank_from_filename
 from ...parsers.collectives.nccl_ras import JOB_PG
 from ...ranks import label_global_rank, rank_key
@@ -132,7 +132,8 @@ def _one_thread(store: Store, sql: str, params: list[Any]) -> list[dict[str, Any
 def _judge(engine: str, view: list[dict], ctx: EngineContext, fr: dict | None,
            dead: list[dict]) -> list[dict[str, Any]]:
     """One engine's verdicts from its view rows (ordered by source, pg, rank, seq) and prefetched facts."""
-    rows, where = _matcher_rows([r for r in view if r["source"] not in ("desync_report", MISMATCH_SOURCE)])
+    rows, where = _matcher_rows([r for r in view if r["source"] not in ("desync_report", MISMATCH_SOURCE,
+                                                                          BARRIER_SOURCE)])
     # a rank whose dump exists is not missing, even when nothing of a group is left in it (or it was refused)
     dumps = fr["paths"] if fr else []
     reporters = {"flight_recorder": [r for d in dumps if (r := rank_from_filename(d)) is not None]}
@@ -143,6 +144,7 @@ def _judge(engine: str, view: list[dict], ctx: EngineContext, fr: dict | None,
                           [r for r in view if r["source"] == "torch_nccl"])
     out = attach_reports(out, reports, ctx.label)
     out += _mismatch_verdicts(engine, [r for r in view if r["source"] == MISMATCH_SOURCE], ctx.label)
+    out += _barrier_verdicts(engine, [r for r in view if r["source"] == BARRIER_SOURCE], ctx.label)
     if not any(v["source"] == "nccl_ras" and v["verdict"] == "absent" for v in out):
         out += _unranked_dead(engine, dead)          # a named absent rank says more than an unnamed process
     return out
@@ -195,6 +197,29 @@ def _mismatch_verdicts(engine: str, rows: list[dict], label: Any) -> list[dict[s
              "ts": min((r["ts"] for r in rows if r["ts"] is not None), default=None), "ts_basis": "read",
              "detail": detail,
              "evidence": [{"file": r["path"], "line": r["line"]} for r in sorted(rows, key=lambda r: r["line"] or 0)][:12]}]
+
+
+def _barrier_verdicts(engine: str, rows: list[dict], label: Any) -> list[dict[str, Any]]:
+    """torch's monitored barrier names the ranks that never arrived (its coordinator, rank 0, waited for them):
+    torch's own verdict on who stopped first, an ``absent`` one; the ranks that arrived are the others."""
+    absent = sorted({r["rank"] for r in rows if r["state"] == "absent"})
+    if not absent:
+        return []
+    came = sorted({r["rank"] for r in rows if r["state"] != "absent"} - set(absent))
+    waited = next((a["timeout_ms"] for r in rows if (a := json.loads(r["attrs"] or "{}")).get("timeout_ms")), None)
+    detail = ("torch's monitored barrier (monitored_barrier, or TORCH_DISTRIBUTED_DEBUG=DETAIL's check) "
+              + (f"waited {waited} ms: " if waited else "timed out: ")
+              + f"{compact_ranks([label(r) for r in absent])} never arrived"
+              + (f", while {compact_ranks([label(r) for r in came])} did (the others' errors point at rank 0, "
+                 "the barrier's coordinator, whose log names the ranks that failed)" if came else "")
+              + ". The ranks that never arrived stopped first: a stack dump of them says where.")
+    return [{"engine": engine, "source": BARRIER_SOURCE, "pg": rows[0]["pg"], "verdict": "absent",
+             "ranks": sorted((label(r) for r in absent), key=rank_key),
+             "majority_ranks": sorted((label(r) for r in came), key=rank_key), "seq": None, "op": None,
+             "ts": min((r["ts"] for r in rows if r["ts"] is not None), default=None), "ts_basis": "read",
+             "detail": detail,
+             "evidence": [{"file": r["path"], "line": r["line"]}
+                          for r in sorted(rows, key=lambda r: r["line"] or 0) if r["state"] == "absent"][:12]}]
 
 
 def _unranked_dead_facts(store: Store, engines: list[str]) -> dict[str, list[dict]]:

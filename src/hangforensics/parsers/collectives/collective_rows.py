@@ -21,6 +21,9 @@ SOURCES = ("torch_nccl", "flight_recorder", "nccl_ras")
 # does not print the group it checked
 MISMATCH_SOURCE = "mismatch_check"
 MISMATCH_PG = "a process group (unnamed)"
+# torch's monitored barrier (rank 0 names the ranks that never arrived)
+BARRIER_SOURCE = "monitored_barrier"
+BARRIER_PG = "a monitored barrier"
 
 # Row states.  Pending: the rank entered the collective and it has not finished there.
 PENDING_STATES = frozenset({"scheduled", "started", "timeout", "launched"})

@@ -54,6 +54,30 @@ EVENTS = [
 ]
 
 
+# torch's monitored barrier (``dist.monitored_barrier``; TORCH_DISTRIBUTED_DEBUG=DETAIL runs one when a group
+# is made): rank 0 waits for every rank and names those that never arrived ('[Rank 0]: Ranks 2 failed to pass
+# monitoredBarrier in 8000 ms'; 'Rank 2 failed ...' for the first of them), the others say they arrived and
+# point at rank 0's log ('Rank 1 successfully reached monitoredBarrier, but received errors while waiting for
+# send/recv from rank 0. Please check rank 0 logs for faulty rank.').  ProcessGroupGloo.cpp, torch 1.10+.
+BARRIER_FAILED_RE = re.compile(r"Ranks? (\d+(?:, ?\d+)*) failed to pass monitoredBarrier in (\d+) ms")
+BARRIER_REACHED_RE = re.compile(r"Rank (\d+) successfully reached monitoredBarrier, but received errors while "
+                                r"waiting for send/recv from rank (\d+)")
+
+
+def barrier_facts(msg: str) -> dict[str, Any]:
+    """What a monitored barrier's message says: the ranks that never arrived (and the timeout), or the rank
+    that arrived and the coordinator it blames; {} for another message."""
+    f = BARRIER_FAILED_RE.search(msg)
+    if f:
+        return {"event": "monitored_barrier", "barrier_failed": [int(x) for x in re.findall(r"\d+", f.group(1))],
+                "barrier_timeout_ms": int(f.group(2))}
+    r = BARRIER_REACHED_RE.search(msg)
+    if r:
+        return {"event": "monitored_barrier", "barrier_reached": int(r.group(1)),
+                "barrier_coordinator": int(r.group(2))}
+    return {}
+
+
 def parse_glog(line: str, context: datetime) -> dict[str, Any] | None:
     """Parse one glog line; ``context`` is the nearest dated log line (glog prints no year).  ``ts`` is None
     when the line prints no time (torch < 2.3): its envelope or the records around it date it."""
@@ -76,6 +100,7 @@ def parse_glog(line: str, context: datetime) -> dict[str, Any] | None:
         "src": src,
         "event": next((name for name, needle in EVENTS if needle in msg), "other"),
     }
+    out.update(barrier_facts(msg))
     if m.re is WHAT_RE and ts is not None:
         out["full_date"] = True      # Ray's logger prints the year: the time is read as it is, never re-dated
     pg = PG_RE.search(msg)

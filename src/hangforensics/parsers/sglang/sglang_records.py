@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ..collectives import desync_report, torch_nccl
-from ..collectives.collective_rows import MISMATCH_PG, MISMATCH_SOURCE
+from ..collectives.collective_rows import BARRIER_PG, BARRIER_SOURCE, MISMATCH_PG, MISMATCH_SOURCE
 from ..stacks import faulthandler, native_trace, pyspy, stackrows
 from ..torch_jobs import torch_job, train_steps
 from . import leaks
@@ -89,7 +89,25 @@ def _torch_nccl(rec: Record, out: RecordRows) -> dict[str, Any]:
                             out.stacks, out.frames)
     if g and any(desync_report.is_desync_line(_PREFIX_RE.sub("", x)) for x in rec.cont):
         out.collective_records.extend(_desync_records(rec, g, ts, out))
+    if g and g.get("event") == "monitored_barrier":
+        out.collective_records.extend(_barrier_records(rec, g, ts, out))
     return g or {}
+
+
+def _barrier_records(rec: Record, g: dict[str, Any], ts: datetime | None, rr: RecordRows) -> list[dict[str, Any]]:
+    """A monitored barrier's message as ``collectives`` rows: the ranks that never arrived (absent), and the
+    rank that says it arrived (completed); the coordinator (rank 0) arrived too."""
+    reporter = g.get("global_rank")
+    states = [(r, "absent") for r in g.get("barrier_failed", [])]
+    if "barrier_failed" in g and reporter is not None:
+        states.append((reporter, "completed"))
+    if "barrier_reached" in g:
+        states += [(g["barrier_reached"], "completed"), (g["barrier_coordinator"], "completed")]
+    attrs = json.dumps({k: v for k, v in {"seq_kind": "collective", "reporter": reporter,
+                                          "timeout_ms": g.get("barrier_timeout_ms")}.items() if v is not None})
+    return [{"engine": rr.engine, "path": rr.path, "line": rec.line, "source": BARRIER_SOURCE, "rank": r,
+             "pg": BARRIER_PG, "pg_desc": None, "pg_ranks": None, "seq": None, "op": "monitoredBarrier",
+             "state": state, "ts": ts, "attrs": attrs} for r, state in states]
 
 
 _PREFIX_RE = re.compile(r"^\[rank\d+\]:")          # torchrun's per-line prefix on a message's continuation lines
@@ -216,9 +234,12 @@ def _set_rank(rec: Record, out: RecordRows, rank: int | None) -> None:
 
 def _c10d_error(rec: Record, out: RecordRows) -> dict[str, Any]:
     attrs = torch_job.error_attrs(rec.body, rec.cont)
-    _set_rank(rec, out, attrs.pop("global_rank", None))
+    rank = attrs.pop("global_rank", None)
+    _set_rank(rec, out, rank)
     if attrs.get("error") == "collective_mismatch":
         out.collective_records.extend(_mismatch_records(rec, attrs, out))
+    if attrs.get("event") == "monitored_barrier":
+        out.collective_records.extend(_barrier_records(rec, {**attrs, "global_rank": rank}, rec.ts, out))
     return attrs
 
 

@@ -65,7 +65,8 @@ _EXC = r"(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)"
 _GLOO_SRC = r"\[(?:enforce fail at )?[^\]]*\bgloo/[^\]]*\]"
 _C10D_PHRASES = (r"Timed out waiting \d+ms for (?:recv|send) operation|Gloo connectFullMesh failed"
                  r"|is setting up NCCL communicator|NCCL communicator was aborted|NCCL error in: "
-                 r"|Detected mismatch between collectives on ranks")
+                 r"|Detected mismatch between collectives on ranks|failed to pass monitoredBarrier"
+                 r"|successfully reached monitoredBarrier")
 C10D_ERROR = (_RANK + r"(?:(?:torch\.distributed\.)?Dist(?:Backend|Network|Store|QueueEmpty)?Error: "
               r"|" + _EXC + r": (?:" + _GLOO_SRC + r"|.*(?:" + _C10D_PHRASES + r"))"
               r"|terminate called after throwing an instance of 'gloo::)")
@@ -193,6 +194,11 @@ def mismatch_fingerprints(msg: str) -> list[dict[str, Any]]:
 
 
 def _classify(msg: str) -> dict[str, Any]:
+    from ..collectives.torch_nccl import barrier_facts
+
+    barrier = barrier_facts(msg) if "monitoredBarrier" in msg else {}
+    if barrier:
+        return {"error": "monitored_barrier", **barrier}
     if MISMATCH in msg:
         aspects = _ASPECTS_RE.search(msg)
         return {"error": "collective_mismatch", "event": "collective_mismatch",
@@ -239,6 +245,8 @@ def _reason(msg: str, a: dict[str, Any]) -> str:
         return "Connection closed by peer" + (f" {a['peer']}" if a.get("peer") else "")
     if a.get("error") == "connection_reset":
         return "Connection reset by peer" + (f" {a['peer']}" if a.get("peer") else "")
+    if a.get("error") == "monitored_barrier":
+        return msg.strip()[:200]
     if a.get("error") == "collective_mismatch":
         said = " but ".join(f"rank{f['rank']} runs {f['op'] or 'a collective'}"
                             + (f" #{f['seq']}" if f["seq"] is not None else "") for f in a["fingerprints"])
