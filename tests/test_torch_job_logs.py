@@ -164,10 +164,13 @@ def test_torchs_own_collective_check_names_the_odd_rank(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("scenario", "odd"), [("missing_collective_detail", "rank2"),
-                                              ("extra_collective_detail", "rank1")])
+                                              ("extra_collective_detail", "rank1"), ("two_groups_detail", "rank3"),
+                                              ("overlap_worker_detail", "rank3")])
 def test_the_collective_check_of_other_branches(tmp_path: Path, scenario: str, odd: str) -> None:
     """Rank 2 skips an all_reduce; rank 1 issues one more (the others' check prints compact fingerprints,
-    'SequenceNumber=3OpType=BARRIER', and rank 1's as the check's own gather): the odd rank is named."""
+    'SequenceNumber=3OpType=BARRIER', and rank 1's as the check's own gather); in a group of ranks 1-3 the
+    check's 'Rank 2' is global rank 3 (each reporter's '[rankN]:' maps its own number); the forward thread
+    broadcasts: the odd rank is named by its global rank."""
     doc, con = _report(JOBS / scenario, tmp_path)
     (desync,) = [f for f in doc["findings"] if f["rule"] == "collective-desync"]
     assert desync["ranks"] == [odd]
@@ -192,6 +195,16 @@ def test_a_rank_that_never_reaches_the_monitored_barrier_stopped_first(tmp_path:
     only_tracebacks.write_text("\n".join(s for s in lines if "ProcessGroupGloo.cpp" not in s) + "\n")
     doc2, _ = _report(only_tracebacks.parent, tmp_path / "r2")
     assert [f["ranks"] for f in doc2["findings"] if f["rule"] == "first-rank-stopped"] == [["rank2"]]
+
+
+@pytest.mark.parametrize(("scenario", "first"), [("socket_recv_detail", "rank0"), ("rank_dies_detail", "rank2")])
+def test_the_monitored_barrier_names_who_never_arrived(tmp_path: Path, scenario: str, first: str) -> None:
+    """Rank 0 blocks before the collective: the others reach the barrier and wait for it, its coordinator,
+    which prints nothing of it (it never ran the barrier); a killed rank is named by rank 0."""
+    doc, con = _report(JOBS / scenario, tmp_path)
+    assert [f["ranks"] for f in doc["findings"] if f["rule"] == "first-rank-stopped"] == [[first]]
+    assert doc["engines"][0]["verdict"].startswith(f"{first.capitalize()} stopped first")
+    _all_lines_accounted(con)
 
 
 def test_monitored_barrier_messages() -> None:

@@ -157,18 +157,27 @@ def _mismatch_verdicts(engine: str, rows: list[dict], label: Any) -> list[dict[s
     every rank it names is named."""
     if not rows:
         return []
-    prints: dict[int, tuple] = {}
-    for r in sorted(rows, key=lambda r: (json.loads(r["attrs"] or "{}").get("peer", False), r["line"] or 0)):
-        a = json.loads(r["attrs"] or "{}")
+    parsed = sorted(((r, json.loads(r["attrs"] or "{}")) for r in rows),
+                    key=lambda ra: (ra[1].get("peer", False), ra[0]["line"] or 0))
+    # a group other than the default one: the reporters' own rows say which global rank each group rank is
+    to_global = {a["pg_rank"]: r["rank"] for r, a in parsed if not a.get("peer") and a.get("pg_rank") is not None
+                 and r["rank"] is not None}
+    prints: dict[Any, tuple] = {}
+    for r, a in parsed:
         # (a rank's own statement first: what the rank itself runs)
-        prints.setdefault(r["rank"], (r["seq"], r["op"] or "", tuple(map(tuple, a.get("input_sizes") or ())),
-                                      tuple(a.get("input_dtypes") or ())))
+        rank = r["rank"] if r["rank"] is not None else to_global.get(a.get("pg_rank"), ("pg", a.get("pg_rank")))
+        prints.setdefault(rank, (r["seq"], r["op"] or "", tuple(map(tuple, a.get("input_sizes") or ())),
+                                 tuple(a.get("input_dtypes") or ())))
+    plain = label
+
+    def label(r: Any) -> str:               # noqa: F811 (a group rank no reporter maps: named as such)
+        return f"group rank {r[1]}" if isinstance(r, tuple) else plain(r)
     by_print: dict[tuple, list[int]] = defaultdict(list)
-    for rank, fp in sorted(prints.items()):
+    for rank, fp in sorted(prints.items(), key=lambda kv: str(kv[0])):
         by_print[fp].append(rank)
     ranked = sorted(by_print.items(), key=lambda kv: -len(kv[1]))
     major = ranked[0][1] if len(ranked) > 1 and len(ranked[0][1]) > len(ranked[1][1]) else []
-    odd = sorted(r for r in prints if r not in major)
+    odd = sorted((r for r in prints if r not in major), key=str)
 
     def says(fp: tuple, ranks: list[int]) -> str:
         seq, op, sizes, dtypes = fp
@@ -203,23 +212,42 @@ def _barrier_verdicts(engine: str, rows: list[dict], label: Any) -> list[dict[st
     """torch's monitored barrier names the ranks that never arrived (its coordinator, rank 0, waited for them):
     torch's own verdict on who stopped first, an ``absent`` one; the ranks that arrived are the others."""
     absent = sorted({r["rank"] for r in rows if r["state"] == "absent"})
+    came = sorted({r["rank"] for r in rows if r["state"] != "absent"} - set(absent))
+    coordinators = {a["coordinator"] for r in rows if (a := json.loads(r["attrs"] or "{}")).get("coordinator")
+                    is not None}
+    silent = sorted(c for c in coordinators if not any(r["rank"] == c and r["state"] == "absent" or
+                                                       json.loads(r["attrs"] or "{}").get("reporter") == c
+                                                       for r in rows))
+    if not absent and silent:
+        # the ranks arrived and waited for the coordinator, which said nothing of the barrier: it never ran it
+        absent, came = silent, [r for r in came if r not in silent]
+        return [_barrier_verdict(engine, rows, label, absent, came, None,
+                                 f"{compact_ranks([label(r) for r in came])} reached torch's monitored barrier and "
+                                 f"waited for its coordinator, {compact_ranks([label(r) for r in absent])}, which "
+                                 "printed nothing of it: the coordinator never reached the barrier (it stopped first; "
+                                 "a stack dump of it says where)")]
     if not absent:
         return []
-    came = sorted({r["rank"] for r in rows if r["state"] != "absent"} - set(absent))
     waited = next((a["timeout_ms"] for r in rows if (a := json.loads(r["attrs"] or "{}")).get("timeout_ms")), None)
     detail = ("torch's monitored barrier (monitored_barrier, or TORCH_DISTRIBUTED_DEBUG=DETAIL's check) "
               + (f"waited {waited} ms: " if waited else "timed out: ")
               + f"{compact_ranks([label(r) for r in absent])} never arrived"
               + (f", while {compact_ranks([label(r) for r in came])} did (the others' errors point at rank 0, "
                  "the barrier's coordinator, whose log names the ranks that failed)" if came else "")
-              + ". The ranks that never arrived stopped first: a stack dump of them says where.")
-    return [{"engine": engine, "source": BARRIER_SOURCE, "pg": rows[0]["pg"], "verdict": "absent",
-             "ranks": sorted((label(r) for r in absent), key=rank_key),
-             "majority_ranks": sorted((label(r) for r in came), key=rank_key), "seq": None, "op": None,
-             "ts": min((r["ts"] for r in rows if r["ts"] is not None), default=None), "ts_basis": "read",
-             "detail": detail,
-             "evidence": [{"file": r["path"], "line": r["line"]}
-                          for r in sorted(rows, key=lambda r: r["line"] or 0) if r["state"] == "absent"][:12]}]
+              + ". The ranks that never arrived stopped first: a stack dump of them says where")
+    return [_barrier_verdict(engine, rows, label, absent, came, "absent", detail)]
+
+
+def _barrier_verdict(engine: str, rows: list[dict], label: Any, absent: list[int], came: list[int],
+                     state: str | None, detail: str) -> dict[str, Any]:
+    """An ``absent`` verdict of the monitored barrier; its evidence the lines of ``state`` (all: None)."""
+    return {"engine": engine, "source": BARRIER_SOURCE, "pg": rows[0]["pg"], "verdict": "absent",
+            "ranks": sorted((label(r) for r in absent), key=rank_key),
+            "majority_ranks": sorted((label(r) for r in came), key=rank_key), "seq": None, "op": None,
+            "ts": min((r["ts"] for r in rows if r["ts"] is not None), default=None), "ts_basis": "read",
+            "detail": detail[:1].upper() + detail[1:] + ".",
+            "evidence": [{"file": r["path"], "line": r["line"]} for r in sorted(rows, key=lambda r: r["line"] or 0)
+                         if state is None or r["state"] == state][:12]}
 
 
 def _unranked_dead_facts(store: Store, engines: list[str]) -> dict[str, list[dict]]:

@@ -96,14 +96,17 @@ def _torch_nccl(rec: Record, out: RecordRows) -> dict[str, Any]:
 
 def _barrier_records(rec: Record, g: dict[str, Any], ts: datetime | None, rr: RecordRows) -> list[dict[str, Any]]:
     """A monitored barrier's message as ``collectives`` rows: the ranks that never arrived (absent), and the
-    rank that says it arrived (completed); the coordinator (rank 0) arrived too."""
+    rank that says it arrived or named them (completed)."""
     reporter = g.get("global_rank")
     states = [(r, "absent") for r in g.get("barrier_failed", [])]
     if "barrier_failed" in g and reporter is not None:
         states.append((reporter, "completed"))
     if "barrier_reached" in g:
-        states += [(g["barrier_reached"], "completed"), (g["barrier_coordinator"], "completed")]
-    attrs = json.dumps({k: v for k, v in {"seq_kind": "collective", "reporter": reporter,
+        # (the coordinator it waited for is no row: whether it ran the barrier is its own message's to say)
+        states.append((g["barrier_reached"], "completed"))
+    attrs = json.dumps({k: v for k, v in {"seq_kind": "collective",
+                                          "reporter": reporter if reporter is not None else g.get("barrier_reached"),
+                                          "coordinator": g.get("barrier_coordinator"),
                                           "timeout_ms": g.get("barrier_timeout_ms")}.items() if v is not None})
     return [{"engine": rr.engine, "path": rr.path, "line": rec.line, "source": BARRIER_SOURCE, "rank": r,
              "pg": BARRIER_PG, "pg_desc": None, "pg_ranks": None, "seq": None, "op": "monitoredBarrier",
@@ -237,22 +240,30 @@ def _c10d_error(rec: Record, out: RecordRows) -> dict[str, Any]:
     rank = attrs.pop("global_rank", None)
     _set_rank(rec, out, rank)
     if attrs.get("error") == "collective_mismatch":
-        out.collective_records.extend(_mismatch_records(rec, attrs, out))
+        out.collective_records.extend(_mismatch_records(rec, attrs, rank, out))
     if attrs.get("event") == "monitored_barrier":
         out.collective_records.extend(_barrier_records(rec, {**attrs, "global_rank": rank}, rec.ts, out))
     return attrs
 
 
-def _mismatch_records(rec: Record, attrs: dict[str, Any], rr: RecordRows) -> list[dict[str, Any]]:
+def _mismatch_records(rec: Record, attrs: dict[str, Any], global_rank: int | None,
+                      rr: RecordRows) -> list[dict[str, Any]]:
     """TORCH_DISTRIBUTED_DEBUG=DETAIL's mismatch, one ``collectives`` row per rank it names: the collective
-    each runs (``seq`` torch's SequenceNumber, where printed), as the reporting rank's check saw it."""
+    each runs (``seq`` torch's SequenceNumber, where printed), as the reporting rank's check saw it.  The check
+    numbers ranks within its group: where the reporter's own number is not its global rank (torchrun's
+    '[rankN]:' prefix), the group is not the default one: the reporter's row takes its global rank, the other
+    rank's keeps only its group rank (``attrs.pg_rank``; rank NULL)."""
     out = []
-    for k, f in enumerate(attrs["fingerprints"]):
-        extra = {"seq_kind": "collective", "reporter": attrs["fingerprints"][0]["rank"], "peer": k > 0,
+    fps = attrs["fingerprints"]
+    grouped = global_rank is not None and bool(fps) and fps[0]["rank"] != global_rank
+    for k, f in enumerate(fps):
+        rank = (global_rank if k == 0 else None) if grouped else f["rank"]
+        extra = {"seq_kind": "collective", "reporter": fps[0]["rank"], "peer": k > 0,
+                 "pg_rank": f["rank"] if grouped else None,
                  "input_sizes": [f["shape"]] if f["shape"] is not None else None,
                  "input_dtypes": [f["dtype"]] if f["dtype"] else None, "differ": attrs.get("differ")}
         out.append({"engine": rr.engine, "path": rr.path, "line": rec.line, "source": MISMATCH_SOURCE,
-                    "rank": f["rank"], "pg": MISMATCH_PG, "pg_desc": None, "pg_ranks": None, "seq": f["seq"],
+                    "rank": rank, "pg": MISMATCH_PG, "pg_desc": None, "pg_ranks": None, "seq": f["seq"],
                     "op": f["op"] or "", "state": "started", "ts": rec.ts,
                     "attrs": json.dumps({k2: v for k2, v in extra.items() if v is not None})})
     return out
