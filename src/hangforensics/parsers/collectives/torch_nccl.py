@@ -100,7 +100,8 @@ def parse_glog(line: str, context: datetime) -> dict[str, Any] | None:
         "src": src,
         "event": next((name for name, needle in EVENTS if needle in msg), "other"),
     }
-    out.update(barrier_facts(msg))
+    if "monitoredBarrier" in msg:
+        out.update(barrier_facts(msg))
     if m.re is WHAT_RE and ts is not None:
         out["full_date"] = True      # Ray's logger prints the year: the time is read as it is, never re-dated
     pg = PG_RE.search(msg)
