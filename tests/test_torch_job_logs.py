@@ -188,6 +188,12 @@ def test_a_rank_that_never_reaches_the_monitored_barrier_stopped_first(tmp_path:
     assert first["ranks"] == ["rank2"] and "monitored barrier" in first["title"]
     assert "8000 ms" in first["detail"]
     assert doc["engines"][0]["verdict"].startswith("Rank2 stopped first")
+    # the report's panel: one column (the barrier, numbered by nothing), rank 2's row flagged and empty
+    html = (tmp_path / "r.html").read_text()
+    panel = html[html.index('data-source="monitored_barrier"'):]
+    panel = panel[:panel.index("</table>")]
+    assert "monitoredBarrier" in panel and "<strong>a monitored barrier</strong>" in panel
+    assert "rank2 monitoredBarrier absent" in panel and panel.count(">c<") == 3
     _all_lines_accounted(con)
     lines = (JOBS / "busy_rank_detail" / "logs" / "job.log").read_text().splitlines()
     only_tracebacks = tmp_path / "tracebacks" / "job.log"

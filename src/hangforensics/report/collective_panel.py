@@ -22,7 +22,12 @@ MAX_PANELS = 12
 MAX_RANKS = 64
 MARKS = {"completed": "c", "started": "s", "scheduled": "q", "timeout": "t", "timed_out": "t", "launched": "l"}
 NOUN = {"torch_nccl": "ProcessGroupNCCL timeouts", "flight_recorder": "Flight Recorder dumps",
-        "nccl_ras": "NCCL RAS operation counts", "fr_trace": "torch's fr_trace analyzer output"}
+        "nccl_ras": "NCCL RAS operation counts", "fr_trace": "torch's fr_trace analyzer output",
+        "desync_report": "the desync report (TORCH_NCCL_DESYNC_DEBUG)",
+        "mismatch_check": "torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL)",
+        "monitored_barrier": "torch's monitored barrier"}
+# the one column of a group whose records number nothing (a monitored barrier: arrived or not)
+UNNUMBERED = -1
 
 
 def collective_panels(data: ReportData, engine: str) -> list[dict[str, Any]]:
@@ -53,6 +58,10 @@ def _panel(source: str, pg: str, rs: list[dict], vs: list[dict], ctx: EngineCont
         if rank is None:
             continue
         members.update(r["pg_ranks"] or [])
+        if r["seq"] is None and r["op"] and r["state"]:        # (a record of an operation without a number)
+            members.add(rank)
+            cells[rank][UNNUMBERED] = r
+            continue
         if r["seq"] is None:
             continue
         members.add(rank)
@@ -71,14 +80,18 @@ def _panel(source: str, pg: str, rs: list[dict], vs: list[dict], ctx: EngineCont
         for seq in cols:
             r = cells.get(rank, {}).get(seq)
             state = (r["state"] or "unknown") if r else "none"
-            what = f"{lbl} {r['op'] or ''} #{seq} {state}".replace("  ", " ") if r else f"{lbl}: no record of #{seq}"
+            at = "" if seq == UNNUMBERED else f" #{seq}"
+            what = f"{lbl} {r['op'] or ''}{at} {state}".replace("  ", " ") if r else f"{lbl}: no record of{at or ' it'}"
             row_cells.append({"state": state, "mark": MARKS.get(state, "?" if r else ""), "title": what})
-        table.append({"label": lbl, "odd": lbl in odd, "absent": lbl in absent or not cells.get(rank),
+        table.append({"label": lbl, "odd": lbl in odd,
+                      "absent": lbl in absent or not cells.get(rank) or cells[rank].get(UNNUMBERED, {}).get("state") == "absent",
                       "cells": row_cells})
     main = next((v for v in vs if v["verdict"] in ("desync", "absent")), vs[0] if vs else None)
     kind = rs[0]["seq_kind"] or "collective"
     return {"source": source, "pg": pg, "noun": NOUN.get(source, source), "odd": sorted(odd, key=rank_key),
             "verdict": main["verdict"] if main else "none", "detail": main["detail"] if main else "",
-            "columns": [{"seq": c, "label": f"#{c}"} for c in cols], "rows": table,
-            "counter": "operations launched" if source == "nccl_ras" else
+            "columns": [{"seq": c, "label": (rs[0]["op"] or "record") if c == UNNUMBERED else f"#{c}"} for c in cols],
+            "rows": table,
+            "counter": "operations launched" if source == "nccl_ras" else "the barrier, reached or not"
+            if cols == [UNNUMBERED] else
             ("SeqNum" if source == "torch_nccl" else f"{kind} sequence id")}

@@ -241,6 +241,9 @@ def _c10d_error(rec: Record, out: RecordRows) -> dict[str, Any]:
     _set_rank(rec, out, rank)
     if attrs.get("error") == "collective_mismatch":
         out.collective_records.extend(_mismatch_records(rec, attrs, rank, out))
+        fps = attrs["fingerprints"]
+        if rank is not None and fps and fps[0]["rank"] != rank:
+            attrs["reason"] += f" (ranks numbered within the checked group; rank{fps[0]['rank']} there is rank{rank})"
     if attrs.get("event") == "monitored_barrier":
         out.collective_records.extend(_barrier_records(rec, {**attrs, "global_rank": rank}, rec.ts, out))
     return attrs
