@@ -276,6 +276,24 @@ def test_ras_dead_process_is_first_rank_stopped(tmp_path: Path) -> None:
     st.close()
 
 
+def test_the_report_shows_a_member_ras_reports_dead_as_an_empty_row(tmp_path: Path) -> None:
+    """A RAS member reported dead or missing has no operation count: its row in the collectives panel is
+    flagged and empty, with no column of its own (a monitored barrier's records, numbered by nothing, are the
+    one panel with a column for them)."""
+    import re
+
+    from hangforensics import api
+
+    eng = tmp_path / "ras-dead"
+    eng.mkdir()
+    (eng / "a.txt").write_text(RAS.joinpath("dead_rank.txt").read_text())
+    api.report(eng, tmp_path / "r.html", db=tmp_path / "x.duckdb")
+    panels = re.findall(r'<div class="coll-panel" data-source="nccl_ras".*?</table>', (tmp_path / "r.html").read_text(),
+                        re.S)
+    assert panels and not [p for p in panels if re.search(r'<th class="seq">(?!#\d)', p)]   # no 'ALL' column
+    assert any('class="coll-rank odd absent" data-rank="rank6"' in p for p in panels)
+
+
 def test_unnamed_group_op_mismatch_at_one_seqnum_is_a_desync(tmp_path: Path) -> None:
     # torch 2.0 lines name no process group (and print no time): at SeqNum 88 rank 2 is in BROADCAST while
     # ranks 0, 1, 3 are in ALLREDUCE; one group out of step, not two groups with equal counters

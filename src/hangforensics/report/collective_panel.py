@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..analysis.collectives.collectives import EngineContext, group_label
+from ..parsers.collectives.collective_rows import BARRIER_SOURCE
 from ..ranks import rank_key
 from .data import ReportData
 
@@ -26,7 +27,7 @@ NOUN = {"torch_nccl": "ProcessGroupNCCL timeouts", "flight_recorder": "Flight Re
         "desync_report": "the desync report (TORCH_NCCL_DESYNC_DEBUG)",
         "mismatch_check": "torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL)",
         "monitored_barrier": "torch's monitored barrier"}
-# the one column of a group whose records number nothing (a monitored barrier: arrived or not)
+# the one column of a monitored barrier (its records number nothing: arrived or not)
 UNNUMBERED = -1
 
 
@@ -53,12 +54,15 @@ def _panel(source: str, pg: str, rs: list[dict], vs: list[dict], ctx: EngineCont
     absent = {lbl for v in vs if v["verdict"] == "absent" for lbl in (v["ranks"] or [])}
     cells: dict[int, dict[int, dict]] = defaultdict(dict)
     members: set[int] = set()
+    # a monitored barrier has one column, reached or not; elsewhere a record without a number (a member RAS
+    # reports missing) has no cell: its row shows it absent
+    unnumbered = source == BARRIER_SOURCE
     for r in rs:
         rank = r["rank"] if r["rank"] is not None else r["pg_rank"]
         if rank is None:
             continue
         members.update(r["pg_ranks"] or [])
-        if r["seq"] is None and r["op"] and r["state"]:        # (a record of an operation without a number)
+        if unnumbered and r["state"]:
             members.add(rank)
             cells[rank][UNNUMBERED] = r
             continue
@@ -93,5 +97,5 @@ def _panel(source: str, pg: str, rs: list[dict], vs: list[dict], ctx: EngineCont
             "columns": [{"seq": c, "label": (rs[0]["op"] or "record") if c == UNNUMBERED else f"#{c}"} for c in cols],
             "rows": table,
             "counter": "operations launched" if source == "nccl_ras" else "the barrier, reached or not"
-            if cols == [UNNUMBERED] else
+            if unnumbered else
             ("SeqNum" if source == "torch_nccl" else f"{kind} sequence id")}
