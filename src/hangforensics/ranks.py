@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-RANK_TAG_RE = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
+# the rank names SGLang's prefix may hold
+RANK_TAGS = "DP|PP|ATTN_CP|MOE_DP|TP|EP"
+RANK_TAG_RE = re.compile(rf"({RANK_TAGS})(\d+)")
 TORCH_RANK_RE = re.compile(r"^rank(\d+)$")
 
 

@@ -28,6 +28,8 @@ from .logfile import RECORD_START, ReadNotes, head_text, iter_chunks, offset_of_
 # Layers whose lines carry a time of the collector's (or viewer's) own.
 TIMED_LAYERS = frozenset({"kubectl", "cri", "docker_json", "journald", "syslog", "fluentbit", "vector",
                           "viewer_ts"})
+# Layers that put the payload's dates in themselves (the payload's first date is theirs, not the file's).
+DATING_LAYERS = frozenset({"time_of_day"})
 # Layers of a paste or a terminal capture: nothing more will be appended to such a file, and their state
 # (a fence, a wrapped line) cannot be resumed from a byte offset.
 STATEFUL_PASTE = frozenset({"markdown", "hard_wrap"})
@@ -147,7 +149,7 @@ class PayloadReader:
         else:
             payload = Unwrapper(stack, year_hint=2000).feed(head, 1, final=True).payload if head else []
         # (a payload whose dates the envelope put in is dated near the file's modification time itself)
-        return cls(stack, year_hint([] if resumed or "time_of_day" in stack.layers else payload, mtime))
+        return cls(stack, year_hint([] if resumed or DATING_LAYERS & set(stack.layers) else payload, mtime))
 
     def record_start(self) -> re.Pattern[bytes]:
         """Where a log's chunks may be cut: before a payload record head behind this envelope."""

@@ -168,10 +168,10 @@ def _mismatch_verdicts(engine: str, rows: list[dict], label: Any) -> list[dict[s
         rank = r["rank"] if r["rank"] is not None else to_global.get(a.get("pg_rank"), ("pg", a.get("pg_rank")))
         prints.setdefault(rank, (r["seq"], r["op"] or "", tuple(map(tuple, a.get("input_sizes") or ())),
                                  tuple(a.get("input_dtypes") or ())))
-    plain = label
 
-    def label(r: Any) -> str:               # noqa: F811 (a group rank no reporter maps: named as such)
-        return f"group rank {r[1]}" if isinstance(r, tuple) else plain(r)
+    def name(r: Any) -> str:                # (a group rank no reporter maps: named as such)
+        return f"group rank {r[1]}" if isinstance(r, tuple) else label(r)
+
     by_print: dict[tuple, list[int]] = defaultdict(list)
     for rank, fp in sorted(prints.items(), key=lambda kv: str(kv[0])):
         by_print[fp].append(rank)
@@ -184,14 +184,14 @@ def _mismatch_verdicts(engine: str, rows: list[dict], label: Any) -> list[dict[s
         what = (op or "a collective") + (f" #{seq}" if seq is not None else "")
         if sizes:
             what += f" of {'x'.join(map(str, sizes[0])) or 'scalar'}" + (f" {dtypes[0]}" if dtypes else "")
-        return f"{compact_ranks([label(r) for r in ranks])} {'runs' if len(ranks) == 1 else 'run'} {what}"
+        return f"{compact_ranks([name(r) for r in ranks])} {'runs' if len(ranks) == 1 else 'run'} {what}"
 
-    differ = next((a["differ"] for r in rows if (a := json.loads(r["attrs"] or "{}")).get("differ")), None)
+    differ = next((a["differ"] for _, a in parsed if a.get("differ")), None)
     detail = ("torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL, before each collective) found the ranks "
               "running different collectives: " + "; ".join(says(fp, ranks) for fp, ranks in ranked)
               + (f" (torch: {differ})" if differ else "") + ". ")
     if major:
-        detail += f"{compact_ranks([label(r) for r in odd])} {'is' if len(odd) == 1 else 'are'} the minority: out of step."
+        detail += f"{compact_ranks([name(r) for r in odd])} {'is' if len(odd) == 1 else 'are'} the minority: out of step."
     elif len(prints) == 1:
         detail += ("The other rank's fingerprint is not in the evidence (cut from it): the rank the check names is "
                    "named.")
@@ -200,8 +200,8 @@ def _mismatch_verdicts(engine: str, rows: list[dict], label: Any) -> list[dict[s
     detail += " Ranks of one group must issue the same collectives in the same order: the check raised there."
     fp0 = ranked[0][0] if major else (None, None, (), ())
     return [{"engine": engine, "source": MISMATCH_SOURCE, "pg": rows[0]["pg"], "verdict": "desync",
-             "ranks": sorted((label(r) for r in odd), key=rank_key),
-             "majority_ranks": sorted((label(r) for r in major), key=rank_key),
+             "ranks": sorted((name(r) for r in odd), key=rank_key),
+             "majority_ranks": sorted((name(r) for r in major), key=rank_key),
              "seq": fp0[0], "op": fp0[1] or None,
              "ts": min((r["ts"] for r in rows if r["ts"] is not None), default=None), "ts_basis": "read",
              "detail": detail,
@@ -210,25 +210,23 @@ def _mismatch_verdicts(engine: str, rows: list[dict], label: Any) -> list[dict[s
 
 def _barrier_verdicts(engine: str, rows: list[dict], label: Any) -> list[dict[str, Any]]:
     """torch's monitored barrier names the ranks that never arrived (its coordinator, rank 0, waited for them):
-    torch's own verdict on who stopped first, an ``absent`` one; the ranks that arrived are the others."""
+    torch's own verdict on who stopped first, an ``absent`` one; the ranks that arrived are the others.  Where
+    the ranks that arrived waited for the coordinator and it said nothing of the barrier, it never ran it."""
+    attrs = [json.loads(r["attrs"] or "{}") for r in rows]
     absent = sorted({r["rank"] for r in rows if r["state"] == "absent"})
     came = sorted({r["rank"] for r in rows if r["state"] != "absent"} - set(absent))
-    coordinators = {a["coordinator"] for r in rows if (a := json.loads(r["attrs"] or "{}")).get("coordinator")
-                    is not None}
-    silent = sorted(c for c in coordinators if not any(r["rank"] == c and r["state"] == "absent" or
-                                                       json.loads(r["attrs"] or "{}").get("reporter") == c
-                                                       for r in rows))
+    reporters = {a.get("reporter") for a in attrs}
+    silent = sorted({c for a in attrs if (c := a.get("coordinator")) is not None and c not in reporters})
     if not absent and silent:
-        # the ranks arrived and waited for the coordinator, which said nothing of the barrier: it never ran it
-        absent, came = silent, [r for r in came if r not in silent]
-        return [_barrier_verdict(engine, rows, label, absent, came, None,
+        came = [r for r in came if r not in silent]
+        return [_barrier_verdict(engine, rows, label, silent, came, None,
                                  f"{compact_ranks([label(r) for r in came])} reached torch's monitored barrier and "
-                                 f"waited for its coordinator, {compact_ranks([label(r) for r in absent])}, which "
+                                 f"waited for its coordinator, {compact_ranks([label(r) for r in silent])}, which "
                                  "printed nothing of it: the coordinator never reached the barrier (it stopped first; "
                                  "a stack dump of it says where)")]
     if not absent:
         return []
-    waited = next((a["timeout_ms"] for r in rows if (a := json.loads(r["attrs"] or "{}")).get("timeout_ms")), None)
+    waited = next((a["timeout_ms"] for a in attrs if a.get("timeout_ms")), None)
     detail = ("torch's monitored barrier (monitored_barrier, or TORCH_DISTRIBUTED_DEBUG=DETAIL's check) "
               + (f"waited {waited} ms: " if waited else "timed out: ")
               + f"{compact_ranks([label(r) for r in absent])} never arrived"

@@ -42,6 +42,8 @@ import re
 from datetime import datetime
 from typing import Any
 
+from ..collectives.torch_nccl import barrier_facts
+
 # -- record starts (classifier patterns, Rust and Python syntax alike) ---------------------------------
 _RANK = r"^(?:\[rank\d+\]: ?)?"
 # torch.distributed's Python loggers: glog form (torch >= 2.3), else logging's default 'LEVEL:logger:msg'
@@ -194,8 +196,6 @@ def mismatch_fingerprints(msg: str) -> list[dict[str, Any]]:
 
 
 def _classify(msg: str) -> dict[str, Any]:
-    from ..collectives.torch_nccl import barrier_facts
-
     barrier = barrier_facts(msg) if "monitoredBarrier" in msg else {}
     if barrier:
         return {"error": "monitored_barrier", **barrier}

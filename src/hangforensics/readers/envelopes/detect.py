@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import date
 from itertools import pairwise
 
+from ...ranks import RANK_TAG_RE
 from .collectors import _Cri, _Journald, _json_obj, _Kubectl, _Syslog
 from .layers import EVIDENCE, PAYLOAD_HEAD
 from .pastes import (
@@ -363,17 +364,16 @@ def _detect_indent(lines: list[str], need: float) -> str | None:
 
 
 _TIME_OF_DAY = re.compile("^" + TIME_OF_DAY, re.ASCII)
-# what only SGLang prints behind such a head: a rank tag, its batch lines
-_SGLANG_TOD = re.compile(r"^\[\d\d:\d\d:\d\d(?:[.,]\d+)? (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+|^\[[\d:.,]+\] (?:Prefill|Decode) batch",
-                         re.ASCII)
 
 
 def _detect_time_of_day(lines: list[str], need: float) -> str | None:
     """SGLang's 2024 head with the time of day alone, on a share of the lines (its access lines, tracebacks
-    and dumps have none), two of them at least with what only SGLang prints after it."""
+    and dumps have none), two of them at least with what only SGLang prints: a rank in the head, a batch line."""
     ne = _nonblank(lines)
-    ms = [s for s in ne if _TIME_OF_DAY.match(s)]
-    if len(ms) < 2 or len(ms) < 0.3 * len(ne) or sum(1 for s in ms if _SGLANG_TOD.match(s)) < 2:
+    ms = [m for s in ne if (m := _TIME_OF_DAY.match(s))]
+    sglang = sum(1 for m in ms if RANK_TAG_RE.search(m.group(4))
+                 or m.string.startswith(("Prefill batch", "Decode batch"), m.end()))
+    if len(ms) < 2 or len(ms) < 0.3 * len(ne) or sglang < 2:
         return None
     return ""
 

@@ -7,6 +7,7 @@ import re
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ...ranks import RANK_TAGS
 from .layers import EVIDENCE, LINE_START, _Items, _Layer, _PrefixLayer
 from .times import _ZONE, _iso_ts
 
@@ -144,7 +145,7 @@ class _ViewerTs(_PrefixLayer):
 
 
 # SGLang's 2024 releases printed the time of day alone: '[04:40:55 TP0] Decode batch. #running-req: 2, ...'.
-TIME_OF_DAY = (r"\[(\d\d):(\d\d):(\d\d)((?:[.,]\d{1,6})?(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*\] )")
+TIME_OF_DAY = rf"\[(\d\d):(\d\d):(\d\d)((?:[.,]\d{{1,6}})?(?: (?:{RANK_TAGS})\d+)*\] )"
 # a step back larger than this is the next day (lines out of order by less are not)
 _NEW_DAY_S = 3600
 
