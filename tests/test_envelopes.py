@@ -687,3 +687,28 @@ def test_sglang_2024_time_of_day_head_gets_its_date(tmp_path: Path) -> None:
         assert st.scalar("SELECT count(*) FROM http_requests") == 1
         assert st.scalar("SELECT ts FROM events WHERE kind = 'scheduler_exception'") == datetime(2024, 8, 31, 0, 0, 2)
         assert st.scalar("SELECT sum(unparsed_lines) FROM sources") == 0
+
+
+def test_time_of_day_behind_a_timed_collector_takes_its_date(tmp_path: Path) -> None:
+    """Behind kubectl's timestamps the date is the collected time's (the day that puts the line's time of day
+    nearest it, across midnight and with the collector on UTC hours away), not the file's modification time."""
+    from hangforensics.api import ingest
+    from hangforensics.store import Store
+
+    def decode(t: str) -> str:
+        return (f"[{t} TP0] Decode batch. #running-req: 1, #token: 10, token usage: 0.00, "
+                "gen throughput (token/s): 40.00, #queue-req: 0")
+
+    # local 23:59:59 and 00:00:01 collected at 21:59:59Z and 22:00:01Z (the payload two hours ahead of UTC)
+    log = tmp_path / "engine" / "server.log"
+    log.parent.mkdir()
+    log.write_text("\n".join(f"2024-08-30T{c}.000000000Z {decode(t)}" for c, t in
+                             [("21:59:59", "23:59:59"), ("22:00:01", "00:00:01"), ("22:00:02", "00:00:02")]) + "\n")
+    mtime = datetime(2026, 12, 5, 12, 0).timestamp()
+    os.utime(log, (mtime, mtime))
+    db = tmp_path / "x.duckdb"
+    ingest([log.parent], db=db)
+    with Store(db) as st:
+        assert st.scalar("SELECT envelope FROM sources") == "kubectl+time_of_day"
+        assert [r["ts"] for r in st.query("SELECT ts FROM batches ORDER BY line")] == [
+            datetime(2024, 8, 30, 23, 59, 59), datetime(2024, 8, 31, 0, 0, 1), datetime(2024, 8, 31, 0, 0, 2)]

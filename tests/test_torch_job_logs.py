@@ -277,18 +277,19 @@ def test_the_signalled_rank_comes_before_the_launchers_root_cause(tmp_path: Path
 # -- wherever the lines arrive ------------------------------------------------------------------------------
 
 
-def _facts_of(folder: Path, out: Path) -> tuple[str, list, list]:
+def _facts_of(folder: Path, out: Path) -> tuple[str, list, list, list]:
     doc, con = _report(folder, out)
     exits = sorted((e["rank"], e["attrs"]["exit_code"], e["attrs"].get("signal"), e["attrs"].get("source"))
                    for e in _events(con, "rank_exit"))
     errs = sorted((e["rank"], e["attrs"]["error"], e["attrs"].get("op"), e["attrs"].get("abort", False))
                   for e in _events(con, "c10d_error"))
+    findings = sorted((f["rule"], f["ranks"]) for f in doc["findings"])
     _all_lines_accounted(con)
-    return doc["engines"][0]["verdict"], exits, errs
+    return doc["engines"][0]["verdict"], exits, errs, findings
 
 
 @cache
-def _plain(scenario: str, tmp: str) -> tuple[str, list, list]:
+def _plain(scenario: str, tmp: str) -> tuple[str, list, list, list]:
     return _facts_of(JOBS / scenario, Path(tmp) / f"plain-{scenario}")
 
 
@@ -296,7 +297,8 @@ def _plain(scenario: str, tmp: str) -> tuple[str, list, list]:
                                       "hard_wrap", "lineno_pipe", "compose+kubectl", "hard_wrap+kubectl"])
 def test_same_deaths_and_errors_whatever_the_envelope(envelope: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     base = tmp_path_factory.getbasetemp()
-    for scenario in ("size_mismatch", "op_mismatch"):
+    # (torch's collective check and its monitored barrier too: the desync and the rank that stopped first)
+    for scenario in ("size_mismatch", "op_mismatch", "op_mismatch_detail", "busy_rank_detail"):
         plain = _plain(scenario, str(base))
         assert plain[1] and plain[2]
         lines = (JOBS / scenario / "logs" / "job.log").read_text().splitlines()

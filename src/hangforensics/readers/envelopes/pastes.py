@@ -148,12 +148,15 @@ class _ViewerTs(_PrefixLayer):
 TIME_OF_DAY = rf"\[(\d\d):(\d\d):(\d\d)((?:[.,]\d{{1,6}})?(?: (?:{RANK_TAGS})\d+)*\] )"
 # a step back larger than this is the next day (lines out of order by less are not)
 _NEW_DAY_S = 3600
+_HALF_DAY_S = 12 * 3600
 
 
 class _TimeOfDay(_Layer):
     """SGLang lines whose head has the time of day and no date: the date is put in (the payload is the head
-    of a dated SGLang line), from the file's modification time: a line later in the day than it is of the day
-    before, and a step back by more than an hour from the last line is the next day."""
+    of a dated SGLang line).  Behind a collector that times its lines, the date of the line's collected time
+    (the day that puts the time of day nearest it: the two clocks may be hours apart, not half a day); else
+    from the file's modification time: a line later in the day than it is of the day before, and a step back
+    by more than an hour from the last line is the next day."""
 
     name = "time_of_day"
 
@@ -178,13 +181,17 @@ class _TimeOfDay(_Layer):
     def run(self, it: _Items, final: bool) -> _Items:
         match = self.rx.match
         txt: list[str] = []
-        for s in it.txt:
+        for s, t in zip(it.txt, it.ts, strict=True):
             m = match(s)
             if m is None:
                 txt.append(s)
                 continue
             secs = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
-            if self.day is None:
+            if t is not None:
+                # (seconds from the collected time to the line's time of day on the collected day)
+                apart = secs - (t.hour * 3600 + t.minute * 60 + t.second)
+                self.day = t.date() + timedelta(days=-1 if apart > _HALF_DAY_S else 1 if apart < -_HALF_DAY_S else 0)
+            elif self.day is None:
                 self.day = self._first_day(secs)
             elif secs < self.last - _NEW_DAY_S:
                 self.day += timedelta(days=1)
