@@ -7,6 +7,7 @@ import os
 import re
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from envelope_wrappers import (
@@ -654,33 +655,37 @@ def test_a_short_excerpt_cut_mid_line_keeps_its_json_envelope(tmp_path: Path, na
     assert sniff_kind(cut) == (full_kind, full_stack) and full_stack.layers
 
 
+def _tod_decode(t: str) -> str:
+    return (f"[{t} TP0] Decode batch. #running-req: 1, #token: 10, token usage: 0.00, "
+            "gen throughput (token/s): 40.00, #queue-req: 0")
+
+
+def _ingest_at(tmp_path: Path, lines: list[str], mtime: datetime) -> Any:
+    """``lines`` as one engine's server.log last written at ``mtime``, ingested: the open store."""
+    from hangforensics.api import ingest
+    from hangforensics.store import Store
+
+    log = tmp_path / "engine" / "server.log"
+    log.parent.mkdir()
+    log.write_text("\n".join(lines) + "\n")
+    os.utime(log, (mtime.timestamp(), mtime.timestamp()))
+    ingest([log.parent], db=tmp_path / "x.duckdb")
+    return Store(tmp_path / "x.duckdb")
+
+
 def test_sglang_2024_time_of_day_head_gets_its_date(tmp_path: Path) -> None:
     """SGLang's 2024 releases printed '[04:40:55 TP0] Decode batch. ...': the date is put in from the file's
     modification time (a line later in the day than it is of the day before), the next day after midnight;
     the file is then read as any SGLang log: its batch lines, access lines and traceback."""
-    from hangforensics.api import ingest
-    from hangforensics.store import Store
-
-    def decode(t: str, n: int) -> str:
-        return (f"[{t} TP0] Decode batch. #running-req: {n}, #token: 4078, token usage: 0.00, "
-                "gen throughput (token/s): 447.31, #queue-req: 0")
-
-    lines = [decode("23:59:58", 2), 'INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK',
-             decode("23:59:59", 2), decode("00:00:01", 1),
+    lines = [_tod_decode("23:59:58"), 'INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK',
+             _tod_decode("23:59:59"), _tod_decode("00:00:01"),
              "[00:00:02 TP0] Scheduler hit an exception: Traceback (most recent call last):",
              '  File "scheduler.py", line 1, in event_loop', "RuntimeError: boom"]
     assert detect(lines).name == "time_of_day"
     assert detect(["[12:00:01] Starting worker", "[12:00:02] Worker ready", "[12:00:03] Done"]).name == "none"
     rs = EnvelopeStack(("time_of_day",), ("",)).record_start()
     assert rs.match(b"\n[04:40:55 TP0] Decode") and not rs.match(b"\n  File x")
-    log = tmp_path / "engine" / "server.log"
-    log.parent.mkdir()
-    log.write_text("\n".join(lines) + "\n")
-    mtime = datetime(2024, 8, 31, 0, 5).timestamp()
-    os.utime(log, (mtime, mtime))
-    db = tmp_path / "x.duckdb"
-    ingest([log.parent], db=db)
-    with Store(db) as st:
+    with _ingest_at(tmp_path, lines, datetime(2024, 8, 31, 0, 5)) as st:
         assert st.scalar("SELECT envelope FROM sources") == "time_of_day"
         assert [r["ts"] for r in st.query("SELECT ts FROM batches ORDER BY line")] == [
             datetime(2024, 8, 30, 23, 59, 58), datetime(2024, 8, 30, 23, 59, 59), datetime(2024, 8, 31, 0, 0, 1)]
@@ -692,23 +697,10 @@ def test_sglang_2024_time_of_day_head_gets_its_date(tmp_path: Path) -> None:
 def test_time_of_day_behind_a_timed_collector_takes_its_date(tmp_path: Path) -> None:
     """Behind kubectl's timestamps the date is the collected time's (the day that puts the line's time of day
     nearest it, across midnight and with the collector on UTC hours away), not the file's modification time."""
-    from hangforensics.api import ingest
-    from hangforensics.store import Store
-
-    def decode(t: str) -> str:
-        return (f"[{t} TP0] Decode batch. #running-req: 1, #token: 10, token usage: 0.00, "
-                "gen throughput (token/s): 40.00, #queue-req: 0")
-
     # local 23:59:59 and 00:00:01 collected at 21:59:59Z and 22:00:01Z (the payload two hours ahead of UTC)
-    log = tmp_path / "engine" / "server.log"
-    log.parent.mkdir()
-    log.write_text("\n".join(f"2024-08-30T{c}.000000000Z {decode(t)}" for c, t in
-                             [("21:59:59", "23:59:59"), ("22:00:01", "00:00:01"), ("22:00:02", "00:00:02")]) + "\n")
-    mtime = datetime(2026, 12, 5, 12, 0).timestamp()
-    os.utime(log, (mtime, mtime))
-    db = tmp_path / "x.duckdb"
-    ingest([log.parent], db=db)
-    with Store(db) as st:
+    lines = [f"2024-08-30T{c}.000000000Z {_tod_decode(t)}" for c, t in
+             [("21:59:59", "23:59:59"), ("22:00:01", "00:00:01"), ("22:00:02", "00:00:02")]]
+    with _ingest_at(tmp_path, lines, datetime(2026, 12, 5, 12, 0)) as st:
         assert st.scalar("SELECT envelope FROM sources") == "kubectl+time_of_day"
         assert [r["ts"] for r in st.query("SELECT ts FROM batches ORDER BY line")] == [
             datetime(2024, 8, 30, 23, 59, 59), datetime(2024, 8, 31, 0, 0, 1), datetime(2024, 8, 31, 0, 0, 2)]
