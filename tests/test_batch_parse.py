@@ -47,10 +47,10 @@ def _compare(jobs: list, tmp: Path) -> int:
     ways = {name: getattr(batch_parse, name) for name in ("_parse_together", "_scan_together")}
 
     def counting(together: Any) -> Any:
-        def counted(ready: list) -> tuple:
-            parts, failed = together(ready)
-            joined.append(0 if failed else len(ready))
-            return parts, failed
+        def counted(ready: list) -> list:
+            parts = together(ready)
+            joined.append(len(ready))
+            return parts
         return counted
 
     for name, together in ways.items():
@@ -157,19 +157,57 @@ def test_each_file_of_a_shared_parse_keeps_its_own_release_and_clock_steps(tmp_p
     assert outcomes[1].notes.largest_back == (6.0, 3)
 
 
-def test_a_file_whose_first_line_continues_the_record_before_is_parsed_alone(tmp_path: Path) -> None:
-    """A file that starts inside a traceback (a paste cut there) is no record of its own: it may lead a batch
-    (nothing before it) but not follow another file, whose last record it would continue."""
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
+def test_files_whose_first_lines_would_continue_the_record_before_share_a_parse_with_their_own_heads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool) -> None:
+    """A file that starts with no record (a paste cut inside a traceback, a py-spy dump's later part, a bare
+    leak warning, a stray line, a torchrun summary's header) after a file that ends inside a record
+    that would take those lines: each file's head is its own, read as when the file is read alone (unparsed
+    lines, or the records a head makes: a bare traceback's, a headerless dump's, a leak warning's, a summary's),
+    and every file shares the parse."""
+    if not scanner:
+        monkeypatch.setattr(batch_parse, "_scanner", lambda: None)
     logs = tmp_path / "engine"
     logs.mkdir()
-    dated = [f"[2026-01-01 00:00:0{k} TP0] Scheduler hit an exception: Traceback (most recent call last):"
-             for k in range(2)]
+
+    def dated(k: int, msg: str) -> str:
+        return f"[2026-01-01 00:00:{k:02d} TP0] {msg}"
+
+    decode = "Decode batch, #running-req: 1, #token: 10, token usage: 0.01, gen throughput (token/s): 5.00, " \
+        "#queue-req: 0"
+    tb_open = dated(0, "Scheduler hit an exception: Traceback (most recent call last):")
+    frame = '  File "/usr/lib/python3/site-packages/sglang/srt/managers/scheduler.py", line 9, in event_loop'
+    glog = ("[rank0]:[E101 00:00:05.000000000 ProcessGroupNCCL.cpp:1] [PG 0 Rank 0] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+            "ran for 600001 milliseconds before timing out.")
+    summary = ["[rank0]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+               "============================================================", "job.py FAILED",
+               "------------------------------------------------------------", "Failures:", "  <NO_OTHER_FAILURES>"]
     files = [
-        _log(logs / "a.log", [dated[0], '  File "x.py", line 1, in f', "ValueError: a"]),
-        _log(logs / "b.log", ['  File "y.py", line 2, in g', "ValueError: b", dated[1], '  File "z.py", line 3']),
-        _log(logs / "c.log", ['  File "w.py", line 4, in h', "KeyError: c", dated[1]]),
+        _log(logs / "a.log", [dated(1, decode), tb_open, frame]),
+        _log(logs / "b.log", ["Traceback (most recent call last):", frame, "ValueError: b", dated(2, decode)]),
+        _log(logs / "c.log", [dated(3, decode), tb_open, frame]),
+        _log(logs / "d.log", ["    forward (sglang/srt/models/llama.py:300)",
+                              "    run_batch (sglang/srt/managers/scheduler.py:900)",
+                              'Thread 0x7F00AA (idle): "Thread-1"', "    wait (threading.py:320)",
+                              dated(4, decode), tb_open]),
+        _log(logs / "e.log", ["/sgl/python/sglang/srt/managers/scheduler.py:1326: UserWarning: token_to_kv_pool "
+                              "memory leak detected! available_size=10, max_total_num_tokens=20", "  warnings.warn(",
+                              dated(5, decode), glog]),
+        _log(logs / "f.log", ["", "    at the end of the paste above", dated(6, decode), *summary]),
+        _log(logs / "g.log", ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)",
+                              "  exitcode  : -9 (pid: 5362)  (SIGKILL)", dated(7, decode)]),
     ]
-    assert _compare(_jobs(logs, files), tmp_path) >= 2      # one leads, the other follows nobody: alone
+    jobs = _jobs(logs, files)
+    assert _compare(jobs, tmp_path) == len(files)     # all parsed together, each as it is alone
+    got = {job.rel_path.rsplit("/", 1)[-1]: _rows(manifest) for job, (manifest, _) in
+           zip(jobs, batch_parse.parse_batch_to_ipc(jobs, str(tmp_path / "batch")), strict=True)}
+    # the heads made records of their own (not the tails of the file before's)
+    assert [e["line"] for e in got["b.log"]["events"] if e["kind"] == "scheduler_exception"] == [1]
+    assert {s["line"] for s in got["d.log"]["stacks"]} == {1, 3}
+    assert [e["line"] for e in got["e.log"]["events"] if e["kind"] == "mem_leak_warning"] == [1]
+    assert [e["line"] for e in got["g.log"]["events"] if e["kind"] == "child_failed"] == [1]
+    assert [u["line"] for u in got["f.log"]["unparsed"]] == [1, 2]      # before any record: no record's
 
 
 @pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
@@ -225,6 +263,45 @@ def test_tasks_batch_only_small_whole_logs_and_start_with_the_costliest(tmp_path
     ordered = sorted(tasks, key=parallel._task_cost, reverse=True)
     assert ordered[0] is batches[0] or ordered[0] is singles[0]
     assert parallel._task_cost(batches[0]) > 5 * parallel.FILE_COST
+
+
+def test_a_batch_holds_logs_read_the_same_way_so_that_it_is_one_joint_parse(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain logs and logs behind an envelope (with its own times, or without) are parsed together only with
+    their like: a batch of them all was three joint parses, each costing a parse's fixed queries; batched by
+    the way planning says they are read, it is one each."""
+    logs = tmp_path / "fleet"
+    decode = "[2026-01-01 00:00:0{k} TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.01, " \
+        "gen throughput (token/s): 5.00, #queue-req: 0"
+    ways = {
+        "plain": lambda t: t,
+        "docker": lambda t: json.dumps({"log": t + "\n", "stream": "stderr", "time": "2026-01-01T00:00:00.5Z"}),
+        "markdown": lambda t: t,
+    }
+    for k in range(12):
+        way = list(ways)[k % 3]
+        (logs / f"e{k}").mkdir(parents=True)
+        lines = [ways[way](decode.format(k=j)) for j in range(k % 5 + 2)]
+        if way == "markdown":
+            lines = ["The scheduler hung:", "```", *lines, "```"]
+        _log(logs / f"e{k}" / "server.log", lines)
+    plans = _plans(logs, tmp_path)
+    tasks = parallel.batched(sorted(plans, key=parallel._read_cost, reverse=True))
+    batches = [t for t in tasks if isinstance(t, list)]
+    assert sorted(len(b) for b in batches) == [4, 4, 4]
+    assert all(len({p.envelope.name for p in b}) == 1 for b in batches)
+    joined: list[int] = []
+    def counting(together: Any) -> Any:
+        def counted(ready: list) -> list:
+            joined.append(len(ready))
+            return together(ready)
+        return counted
+
+    for name in ("_parse_together", "_scan_together"):
+        monkeypatch.setattr(batch_parse, name, counting(getattr(batch_parse, name)))
+    for b in batches:
+        batch_parse.parse_batch_to_ipc([p.job() for p in b], str(tmp_path / "batch"))
+    assert joined == [4, 4, 4]
 
 
 @pytest.mark.parametrize("limit", ["BATCH_FILES", "BATCH_BYTES"])

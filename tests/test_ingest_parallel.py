@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import Future
 from pathlib import Path
 
+import pytest
+
 import hangforensics.ingest.pipeline as ingest
-from hangforensics.ingest import load, parallel
+from hangforensics.ingest import fork_server, load, parallel
 from hangforensics.ingest.jobs import FileJob
+from hangforensics.ingest.plan import plan_files
+from hangforensics.readers.layout import Workspace
 from hangforensics.store import Store
 
 QUERY = ("SELECT (SELECT count(*) FROM batches), (SELECT count(DISTINCT line) FROM batches), "
@@ -179,3 +187,40 @@ def test_the_costliest_whole_files_go_to_the_workers_first(tmp_path: Path, monke
         ingest.ingest_paths(st, [fleet], mode="fleet", jobs=2)
         assert st.scalar("SELECT count(*) FROM batches") == sum(sizes.values()) + 2000
     assert order == ["b-large", "d-gz", "c-middle", "a-small"]
+
+
+def test_planning_goes_on_while_the_first_worker_waits_for_the_fork_server(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large file probed while planning is handed to the pool at once (``parallel.EarlyParse``), but the
+    pool's first worker starts only once the fork server has loaded: the hand-over happens beside planning,
+    which goes on (it waited some 0.14 s for the server on a 202-engine fleet); ``take`` gives the parse's
+    future once it is handed over."""
+    submitted, loaded = threading.Event(), threading.Event()
+
+    class Pool:                         # a pool whose first worker waits for a fork server still loading
+        def submit(self, fn, job, prefix):
+            submitted.set()
+            assert loaded.wait(20)
+            fut: Future = Future()
+            fut.set_result((fn.__name__, job.abs_path))
+            return fut
+
+    @contextlib.contextmanager
+    def pool(jobs: int, scanner: bool = False):
+        yield Pool()
+
+    monkeypatch.setattr(parallel, "worker_pool", pool)
+    monkeypatch.setattr(fork_server, "running", lambda: True)
+    log = tmp_path / "engine" / "server.log"
+    log.parent.mkdir()
+    log.write_text("[2026-01-01 00:00:00 TP0] Load weight begin.\n" * 40000)     # beyond EARLY_MIN_BYTES
+    with Workspace() as ws, Store(tmp_path / "plan.duckdb") as store:
+        _, files = ws.resolve(tmp_path / "engine", "auto")
+        plan = plan_files(store, files, [])[0]
+    with parallel.EarlyParse(jobs=2, limit=8) as early:
+        began = time.monotonic()
+        early.offer(plan)
+        assert time.monotonic() - began < 5         # (handed over beside: the server has not loaded)
+        assert submitted.wait(20) and early.pending()
+        loaded.set()
+        assert early.take(plan.job()).result() == ("parse_to_ipc", log)

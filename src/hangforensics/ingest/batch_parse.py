@@ -7,25 +7,23 @@ says (each file's lines numbered after the files before it), reads them once, an
 those line ranges.  Plain logs are read as ``sglang_fast.ScanGroup`` reads each alone: the compiled scanner
 types their bulk lines in slices of each file, the general parser reads the lines it leaves of all the files
 in one call (``_scan_together``); logs behind an envelope, or where the scanner cannot run, go to the general
-parser whole (``_parse_together``).  Two files are independent when:
+parser whole (``_parse_together``).  Files cannot change what each other says because:
 
-- no record spans both: the second's first payload line starts a record by itself (an SGLang prefix, or a
-  line the kinds of prefix-less lines name; checked before on the line, after on the records), not by what
-  the record before it is; one file that does not may lead a batch;
+- no record spans two files: the parser gives each file its own head (``parse_chunk(files=)``), the lines
+  before its first record, which start or continue no record of the file before, as when the file is read
+  alone (a paste that starts inside a traceback, a headerless py-spy part, a bare leak warning);
 - no time is carried from one to the other: the parser fills times (glog's year, an undated record's, a
   dump's) from the nearest dated record of the same file, else from that file's modification time, and dates
   an access line without a time by a record of its own file (``parse_chunk(files=, references=)``);
 
 and what the parser says of a chunk as a whole (its release, the clock's steps back, the lines cut into by
-another record, the access lines it dated) is worked out file by file.  A file whose records show otherwise is
-read alone, and the rest of its batch again; an error of the joint read leaves every file to be read as
-usual.  The rows are those each file's own parse gives (``tests/test_batch_parse.py`` compares them over
-every corpus, through the scanner and without it).
+another record, the access lines it dated) is worked out file by file.  An error of the joint read leaves
+every file to be read as usual.  The rows are those each file's own parse gives (``tests/test_batch_parse.py``
+compares them over every corpus, through the scanner and without it).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -73,34 +71,21 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
             ready.append(_prepared(job))
         except Exception:       # noqa: BLE001 (its own parse says what is wrong with it, as for a file alone)
             ready.append(None)
-    # files that start with a record of their own follow each other; one other file may lead them
-    strong = _strong_starts([r.pay.lines[0] if r is not None else "" for r in ready])
     scanning = _scanner() is not None
     groups: dict[tuple[bool, bool, bool], list[int]] = {}
-    heads: dict[tuple[bool, bool, bool], int] = {}
     for k, r in enumerate(ready):
         if r is not None:
-            key = (r.pay.plain, r.pay.collected_ts is None, scanning and r.raw is not None)
-            if strong[k]:
-                groups.setdefault(key, []).append(k)
-            else:
-                heads.setdefault(key, k)
-    for key, k in heads.items():
-        groups[key] = [k, *groups.get(key, [])]
+            groups.setdefault((r.pay.plain, r.pay.collected_ts is None, scanning and r.raw is not None), []).append(k)
     done: dict[int, list[tuple[str, Any]]] = {}
     for (_, _, scanned), members in groups.items():
+        if len(members) < 2:
+            continue
         together = _scan_together if scanned else _parse_together
-        while len(members) > 1:                 # (files whose records show they are not independent: alone)
-            try:
-                parts, failed = together([r for k in members if (r := ready[k]) is not None])
-            except Exception:   # noqa: BLE001 (each file read again alone: it fails, or not, as it would alone)
-                for k in members:
-                    ready[k] = None
-                break
-            if not failed:
-                done.update(zip(members, parts, strict=True))
-                break
-            members = [k for i, k in enumerate(members) if i not in failed]
+        try:
+            done.update(zip(members, together([r for k in members if (r := ready[k]) is not None]), strict=True))
+        except Exception:       # noqa: BLE001 (each file read again alone: it fails, or not, as it would alone)
+            for k in members:
+                ready[k] = None
     out = []
     for k, (job, r) in enumerate(zip(jobs, ready, strict=True)):
         if r is None:
@@ -151,23 +136,6 @@ def _prepared(job: FileJob) -> _Ready | None:
     return _Ready(job, out, pays[0], ctx, physical, raw)
 
 
-def _strong_starts(first_lines: list[str]) -> list[bool]:
-    """Whether each file may follow another in a joint parse (``_parse_together`` checks the rest on its
-    records): its first line starts a record by itself (an SGLang prefix, or a line the kinds of lines without
-    one name: glog, vLLM, uvicorn...), not by what the record before it is."""
-    import polars as pl
-
-    from ..parsers.sglang.sglang_log import _NON_PREFIXED_TABLE, LEAK_MARKS, WHAT_MARK
-    from ..parsers.sglang.sglang_patterns import PREFIX_HEAD
-
-    # (a line the parser may make a record start, or not, by the record before it: never joined)
-    context = (*LEAK_MARKS, WHAT_MARK)
-    prefix = re.compile(PREFIX_HEAD)
-    kinds = _NON_PREFIXED_TABLE.kinds(pl.Series(first_lines, dtype=pl.String))
-    return [bool(s.strip()) and not any(m in s for m in context) and (bool(prefix.match(s)) or k is not None)
-            for s, k in zip(first_lines, kinds, strict=True)]
-
-
 def _alone(r: _Ready) -> list[tuple[str, Any]]:
     """A prepared file's batches from a parse of its own (``parse._parse_payload``, as ``_parse_log`` parses a
     file of one chunk: the general parser, which gives the compiled scanner's rows)."""
@@ -176,10 +144,9 @@ def _alone(r: _Ready) -> list[tuple[str, Any]]:
     return list(_batches(_parse_payload(r.pay, r.ctx), r))
 
 
-def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], set[int]]:
+def _parse_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
     """The files' (table, rows) batches, as ``parse._parse_log`` yields them for each alone, from one call of
-    the general parser; or the files (indices) whose records show they are not independent of the file
-    before them."""
+    the general parser."""
     import numpy as np
     import polars as pl
 
@@ -193,14 +160,12 @@ def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], s
     if ready[0].pay.plain:
         parsed = parse_chunk(pl.concat([r.pay.lines.rename("text") for r in ready]), 1, ctx, whole=False,
                              files=files, references=refs)
-        firsts = [b + 1 for b in bases[:-1]]
     else:
         lines = [s for r in ready for s in r.pay.lines]
         numbers = [n + b for r, b in zip(ready, bases, strict=False) for n in r.pay.line]    # type: ignore[union-attr]
         collected = None if ready[0].pay.collected_ts is None else \
             [t for r in ready for t in r.pay.collected_ts]      # type: ignore[union-attr]
         parsed = parse_chunk(lines, 1, ctx, numbers, collected, whole=False, files=files, references=refs)
-        firsts = [r.pay.line[0] + b for r, b in zip(ready, bases, strict=False)]     # type: ignore[index]
     cut = np.searchsorted(np.asarray(counts[1:]), np.asarray(parsed.interleaved_rows or [], dtype=np.int64),
                           side="right")
 
@@ -215,7 +180,7 @@ def _parse_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], s
         files_facts(starts.select("_file", "line", "ts_dt", "msg"), starts.select("_file", "ranks").drop_nulls(),
                     rare_records(starts).select("_file", "msg"), [r.ctx for r in ready], outs)
 
-    return _per_file(ready, parsed, bases, firsts, cut, own, facts)
+    return _per_file(ready, parsed, bases, cut, own, facts)
 
 
 def _scanner() -> Any:
@@ -224,7 +189,7 @@ def _scanner() -> Any:
     return scanner()
 
 
-def _scan_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], set[int]]:
+def _scan_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
     """``_parse_together`` for plain logs, as ``sglang_fast.ScanGroup`` reads each alone: the compiled scanner
     types the bulk lines (batch and access lines, each file's own slices, so rows and the release's budget of
     messages are the file's), the general parser reads the other lines of all the files in one call."""
@@ -282,18 +247,16 @@ def _scan_together(ready: list[_Ready]) -> tuple[list[list[tuple[str, Any]]], se
                            pl.DataFrame(names, schema={"_file": pl.Int32, "ranks": pl.String}, orient="row")])
         files_facts(records, ranks, rare_records(starts).select("_file", "msg"), [r.ctx for r in ready], outs)
 
-    return _per_file(ready, parsed, counts, [b + 1 for b in counts[:-1]], cut, own, facts)
+    return _per_file(ready, parsed, counts, cut, own, facts)
 
 
-def _per_file(ready: list[_Ready], parsed: Any, bases: list[int], firsts: list[int], cut: Any,
+def _per_file(ready: list[_Ready], parsed: Any, bases: list[int], cut: Any,
               own: Callable[[int, _Ready, Any], None], facts: Callable[[Any, list[Any]], None],
-              ) -> tuple[list[list[tuple[str, Any]]], set[int]]:
+              ) -> list[list[tuple[str, Any]]]:
     """The joint parse's result cut back into each file's batches (``bases``: where each file's lines start in
-    the batch's numbering; ``firsts``: each file's first line there; ``cut``: the file of each line cut into
-    by another record); ``own`` adds to each file's result what the way of reading keeps per file, ``facts``
-    what each file's records say of it as a whole (from the records of all the files: _file, and the lines
-    each file's own).  Or the files (indices) whose records show that they are not independent of the file
-    before them."""
+    the batch's numbering; ``cut``: the file of each line cut into by another record); ``own`` adds to each
+    file's result what the way of reading keeps per file, ``facts`` what each file's records say of it as a
+    whole (from the records of all the files: _file, and the lines each file's own)."""
     import numpy as np
     import polars as pl
 
@@ -302,14 +265,6 @@ def _per_file(ready: list[_Ready], parsed: Any, bases: list[int], firsts: list[i
     starts = parsed.starts
     assert starts is not None
     of = np.searchsorted(np.asarray(bases[1:], dtype=np.int64), starts.get_column("line").to_numpy(), side="left")
-    bounds = np.searchsorted(of, np.arange(len(ready) + 1), side="left")
-    # (the first file's head is the joint parse's: as alone)
-    first = starts.get_column("line").gather(np.minimum(bounds[:-1], max(starts.height - 1, 0))).to_list() \
-        if starts.height else []
-    failed = {k for k in range(1, len(ready))
-              if not (bounds[k + 1] > bounds[k] and first[k] == firsts[k])}
-    if failed:
-        return [], failed
     tables = _split(parsed.tables, bases, [(r.job.engine, r.job.rel_path) for r in ready])
     outs = [Parsed(tables=tables[k], lines=len(r.pay.lines), interleaved=int((cut == k).sum()))
             for k, r in enumerate(ready)]
@@ -323,7 +278,7 @@ def _per_file(ready: list[_Ready], parsed: Any, bases: list[int], firsts: list[i
         p.unparsed = un.height if un is not None else 0
         own(k, r, p)
         out.append(list(_batches(p, r)))
-    return out, set()
+    return out
 
 
 def _batches(p: Any, r: _Ready) -> Iterator[tuple[str, Any]]:

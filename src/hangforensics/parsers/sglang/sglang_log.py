@@ -240,11 +240,14 @@ def classify(texts: list[str] | pl.Series, head_what: bool = False) -> pl.DataFr
 
 
 def _classify(texts: list[str] | pl.Series, head_what: bool = False, first_line: int | None = None,
-              collected_ts: list[datetime | None] | None = None) -> pl.DataFrame:
+              collected_ts: list[datetime | None] | None = None, files: list[int] | None = None) -> pl.DataFrame:
     """``classify``; with ``first_line`` also each line's number (``line``) and with ``collected_ts`` its
-    envelope time (``collected_ts``)."""
+    envelope time (``collected_ts``).  ``files``: each line's file (``_FILE``), the lines of several files one
+    after the other: each file has its own head (the lines before its first record), as if classified alone."""
     col = texts if isinstance(texts, pl.Series) else pl.Series(texts, dtype=pl.String)
     df = pl.DataFrame({"text": col.rename("text")}).with_row_index("i")
+    if files is not None:
+        df = df.with_columns(pl.Series(_FILE, files, dtype=pl.Int32))
     maybe = [len(t) for t in col.to_list() if _maybe_inner(t)] if df.height <= SMALL_ROWS else None
     if maybe is None or max(maybe, default=0) > LONG_LINE:
         inner = _on_rows(df, _MAYBE_INNER, _INNER, pl.String, _INNER_PREFIX)
@@ -258,8 +261,9 @@ def _classify(texts: list[str] | pl.Series, head_what: bool = False, first_line:
     df = _collect(lf.with_columns(_CLOSE).with_columns(_FAST).with_columns(_FAST_RANKS))
     df = _prefix(df)
     kind = _kinds(df)
-    kind = _bare_traceback_start(kind, df.get_column("body"))
-    kind = _one_failure_summary(kind, df.get_column("body"))
+    file = df.get_column(_FILE) if files is not None else None
+    kind = _bare_traceback_start(kind, df.get_column("body"), file)
+    kind = _one_failure_summary(kind, df.get_column("body"), file)
     df.replace_column(df.get_column_index("kind"), kind)
     if not kind.null_count():              # every line starts a record: what _with_roles gives then
         lf = df.lazy().with_columns(_ALL_STARTS)
@@ -340,13 +344,13 @@ def _what_starts(df: pl.DataFrame, what: pl.Series, head: bool = False) -> pl.Da
     pre = df.filter(df.get_column("kind").is_null() & what)
     if not pre.height:
         return df
-    made = pre.filter(_BODY.str.contains(TORCH_WHAT) & ((pl.col("rec") > 0) | head)
+    made = pre.filter(_BODY.str.contains(TORCH_WHAT) & (~_in_head(df) | head)
                       & (pl.col("rec_kind").fill_null("") != "torch_nccl")).get_column("i").to_list()
     if not made:
         return df
     df = df.with_columns(pl.when(pl.col("i").is_in(made)).then(pl.lit("torch_nccl"))
                          .otherwise(pl.col("kind")).alias("kind"))
-    return _roles(df.drop("start", "rec", "rec_kind", "role"))
+    return _roles(df)
 
 
 _START = pl.col("kind").is_not_null().alias("start")
@@ -363,13 +367,39 @@ _ALL_STARTS = [pl.lit(False).alias("blank"), pl.lit(True).alias("start"),
                pl.lit("start").alias("role")]
 
 
+_FILE, _REF = "_file", "_ref"      # parse_chunk(files=, references=): each line's file and its reference time
+
+# Several files' lines (``_FILE``): each file's head (``_FILE_HEAD``: its lines before its first record start) is
+# its own, as the head of a file classified alone: its lines start no record of the file before and continue
+# none; a record ends with its file (a file's first line counts as a new record, ``rec``, whether it starts
+# one or not: record ids stay unique across the files).
+_FIRST = pl.col(_FILE) != pl.col(_FILE).shift(1, fill_value=-1)
+_FILE_HEAD = "_file_head"
+_REC_FILES = [(pl.col("start") | _FIRST).cast(pl.Int64).cum_sum().alias("rec"),
+              pl.col("kind").forward_fill().over(_FILE).alias("rec_kind"),
+              (pl.col("start").cast(pl.Int64).cum_sum().over(_FILE) == 0).alias(_FILE_HEAD)]
+_ROLE_FILES = (pl.when(pl.col("start")).then(pl.lit("start"))
+               .when(pl.col(_FILE_HEAD)).then(pl.lit("unparsed"))
+               .when(pl.col("blank") | pl.col("rec_kind").is_in(sorted(CONTINUABLE))).then(pl.lit("cont"))
+               .otherwise(pl.lit("unparsed")).alias("role"))
+_ROLE_COLUMNS = ("start", "rec", "rec_kind", "role", _FILE_HEAD)
+
+
 def _with_roles(lf: pl.LazyFrame) -> pl.LazyFrame:
+    if _FILE in lf.collect_schema().names():
+        return lf.with_columns(_START).with_columns(_REC_FILES).with_columns(_ROLE_FILES)
     return lf.with_columns(_START).with_columns(_REC).with_columns(_ROLE)
 
 
 def _roles(df: pl.DataFrame) -> pl.DataFrame:
-    """Each line's record (``rec``, its kind ``rec_kind``) and role: start, continuation or unparsed."""
-    return _collect(_with_roles(df.lazy()))
+    """Each line's record (``rec``, its kind ``rec_kind``) and role: start, continuation or unparsed (the
+    roles it had, if any, worked out again)."""
+    return _collect(_with_roles(df.drop([c for c in _ROLE_COLUMNS if c in df.columns]).lazy()))
+
+
+def _in_head(df: pl.DataFrame) -> pl.Expr:
+    """Whether a line is in its file's head, before the file's first record (of a frame with roles)."""
+    return pl.col(_FILE_HEAD) if _FILE_HEAD in df.columns else pl.col("rec") == 0
 
 
 # Records a prefix-less leak line may follow and still start its own record: Python's warnings go to stderr
@@ -402,14 +432,21 @@ def _bare_leak_starts(df: pl.DataFrame, leak: pl.Series) -> pl.DataFrame:
         return df
     df = df.with_columns(pl.when(pl.col("i").is_in([i for i, _ in made])).then(pl.lit("mem_leak_warning"))
                          .otherwise(pl.col("kind")).alias("kind"))
-    return _roles(df.drop("start", "rec", "rec_kind", "role"))
+    return _roles(df)
 
 
-def _bare_traceback_start(kind: pl.Series, body: pl.Series) -> pl.Series:
+def _bare_traceback_start(kind: pl.Series, body: pl.Series, file: pl.Series | None = None) -> pl.Series:
     """A traceback before the first record (pasted without the 'Scheduler hit an exception' line that
-    introduced it) is an undated exception record of its own; inside a record it stays a continuation."""
-    if not kind.len() or kind[0] is not None:        # the first line starts a record: no line before one
-        return kind
+    introduced it) is an undated exception record of its own; inside a record it stays a continuation.
+    ``file``: each line's file (several files' lines): before each file's first record."""
+    if not kind.len() or kind[0] is not None and (file is None or not kind.is_null().any()):
+        return kind                                 # the first line starts a record: no line before one
+    if file is not None:
+        head = pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over(_FILE) == 0
+        tb = head & pl.col("body").str.contains(BARE_TRACEBACK)
+        first_tb = tb & (tb.cast(pl.Int32).cum_sum().over(_FILE) == 1)
+        return pl.DataFrame([kind, body, file]).select(
+            pl.when(first_tb).then(pl.lit("scheduler_exception")).otherwise(pl.col("kind")).alias("kind")).to_series()
     known = kind.is_not_null()
     first = known.arg_max() if known.any() else kind.len()
     tb = body.head(first).str.contains(BARE_TRACEBACK)
@@ -418,16 +455,18 @@ def _bare_traceback_start(kind: pl.Series, body: pl.Series) -> pl.Series:
     return kind.clone().scatter(tb.arg_max(), "scheduler_exception")
 
 
-def _one_failure_summary(kind: pl.Series, body: pl.Series) -> pl.Series:
+def _one_failure_summary(kind: pl.Series, body: pl.Series, file: pl.Series | None = None) -> pl.Series:
     """torchrun's failure summary is one record wherever a paste of it starts: a header inside it (its title,
     'Failures:', 'Root Cause (first observed failure):') continues it; only its exception line
-    (``ChildFailedError:``) always starts one (two summaries in a row are two)."""
+    (``ChildFailedError:``) always starts one (two summaries in a row are two).  ``file``: each line's file
+    (several files' lines): a summary ends with its file."""
     if not (kind == "child_failed").any():
         return kind
     summary = pl.col("kind") == "child_failed"
-    inside = pl.col("kind").forward_fill().shift(1) == "child_failed"
+    inside = pl.col("kind").forward_fill().shift(1)
+    inside = (inside if file is None else inside.over(_FILE)) == "child_failed"
     always = _BODY.str.contains(CHILD_FAILED_ALWAYS)
-    return pl.DataFrame([kind, body]).select(pl.when(summary & inside & ~always).then(pl.lit(None, dtype=pl.String))
+    return pl.DataFrame([kind, body, *([file] if file is not None else [])]).select(pl.when(summary & inside & ~always).then(pl.lit(None, dtype=pl.String))
                                             .otherwise(pl.col("kind")).alias("kind")).to_series()
 
 
@@ -446,10 +485,9 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     file, ``ingest.batch_parse``), each starting with a record of its own: times are filled from the
     nearest dated record of the same file, else from that file's ``references`` (its modification time).
     """
-    df = _classify(lines, head_what, first_line, collected_ts)
+    df = _classify(lines, head_what, first_line, collected_ts, files)
     if files is not None and references is not None:
-        at = pl.Series(_FILE, files, dtype=pl.Int32)
-        df = df.with_columns(at, datetime_series(_REF, references).gather(at).alias(_REF))
+        df = df.with_columns(pl.lit(datetime_series(_REF, references)).gather(pl.col(_FILE)).alias(_REF))
     out = Parsed(lines=len(lines), interleaved=int(df.get_column("interleaved").sum()))
     if not whole and out.interleaved:
         out.interleaved_rows = df.filter(pl.col("interleaved")).get_column("i").to_list()
@@ -465,7 +503,7 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     if stats is not None:
         out.tables["vllm_stats"] = stats
     rows = _detailed_rows(others, df.get_column("text"), ctx)
-    lead = _leading_dump(df, starts, first_line, rows)
+    lead = _leading_dump(df, starts, first_line, rows, files)
     events = _apply_record_rows(events, rows)
     out.tables["events"] = events
     if "access" in present:
@@ -564,15 +602,32 @@ def files_facts(records: pl.DataFrame, ranks: pl.DataFrame, rare: pl.DataFrame, 
         outs[k].largest_back = (top / 1000, at)
 
 
-def _leading_dump(df: pl.DataFrame, starts: pl.DataFrame, first_line: int, rows: RecordRows) -> list[int]:
+def _leading_dump(df: pl.DataFrame, starts: pl.DataFrame, first_line: int, rows: RecordRows,
+                  files: list[int] | None = None) -> list[int]:
     """Offsets of a headerless py-spy part before the chunk's first record (only a file's first chunk has
-    lines before a record start), parsed into ``rows``."""
-    if not df.height or df.get_column("rec")[0] != 0:     # (rec counts the starts so far)
+    lines before a record start), parsed into ``rows``; ``files``: each line's file, a part before each
+    file's first record."""
+    if files is None:
+        if not df.height or df.get_column("rec")[0] != 0:     # (rec counts the starts so far)
+            return []
+        head = df.filter(pl.col("rec") == 0)
+        dated = starts.get_column("ts_dt").drop_nulls()
+        return sorted(leading_dump(head.get_column("body").to_list(), first_line,
+                                   dated[0] if dated.len() else None, rows))
+    heads = df.filter(pl.col(_FILE_HEAD) & ~pl.col("start")) if _FILE_HEAD in df.columns else df.clear()
+    if not heads.height:
         return []
-    head = df.filter(pl.col("rec") == 0)
-    dated = starts.get_column("ts_dt").drop_nulls()
-    return sorted(leading_dump(head.get_column("body").to_list(), first_line,
-                               dated[0] if dated.len() else None, rows))
+    # each file's first dated record (starts are numbered from first_line, as the lines)
+    of = pl.Series(files, dtype=pl.Int32)
+    dated = starts.select(pl.lit(of).gather(pl.col("line") - first_line).alias(_FILE), "ts_dt").drop_nulls() \
+        .group_by(_FILE).agg(pl.col("ts_dt").first())
+    first_ts = dict(dated.iter_rows())
+    lead: list[int] = []
+    for (k,), head in heads.partition_by(_FILE, as_dict=True, maintain_order=True).items():
+        i0 = head.get_column("i")[0]
+        lead += [i0 + o for o in leading_dump(head.get_column("body").to_list(), first_line + i0,
+                                              first_ts.get(k), rows)]
+    return sorted(lead)
 
 
 def _renumber(out: Parsed, lm: LineMap, ctx: FileContext) -> None:
@@ -597,6 +652,11 @@ _KEPT = pl.col("role") != "unparsed"
 _LAST = pl.col("start").shift(-1, fill_value=True) & (pl.col("rec") > 0)
 _ENDS = [pl.when(_LAST).then(pl.when(_KEPT).then(pl.col("line")).forward_fill()).backward_fill().alias("line_end"),
          pl.when(_LAST).then(pl.when(_KEPT).then(pl.col("i")).forward_fill()).backward_fill().alias("i_end")]
+# several files' lines: a record ends with its file too
+_LAST_FILES = (pl.col("start") | _FIRST).shift(-1, fill_value=True) & ~pl.col(_FILE_HEAD)
+_ENDS_FILES = [
+    pl.when(_LAST_FILES).then(pl.when(_KEPT).then(pl.col("line")).forward_fill()).backward_fill().alias("line_end"),
+    pl.when(_LAST_FILES).then(pl.when(_KEPT).then(pl.col("i")).forward_fill()).backward_fill().alias("i_end")]
 _ONE_LINE = [pl.col("line").alias("line_end"), pl.col("i").alias("i_end")]
 _TS_DT = pl.col("ts").str.replace(",", ".", literal=True).str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False) \
     .alias("ts_dt")
@@ -606,7 +666,6 @@ _NO_TS = pl.lit(None, dtype=pl.Datetime("us")).alias("ts_dt")
 _DATED = pl.col("ts_dt").forward_fill().backward_fill()
 
 
-_FILE, _REF = "_file", "_ref"      # parse_chunk(files=, references=): each line's file and its reference time
 
 
 def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
@@ -626,14 +685,15 @@ def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
     if df.get_column("start").all():        # every line a record's start: each record that line
         lf = df.lazy().with_columns(_ONE_LINE)
     else:
-        lf = df.lazy().with_columns(_ENDS).filter(pl.col("start"))
+        lf = df.lazy().with_columns(_ENDS_FILES if several else _ENDS).filter(pl.col("start"))
     ts = df.get_column("ts")
     lf = lf.with_columns(_NO_TS) if ts.null_count() == ts.len() else lf.with_columns(_TS_DT).with_columns(_TS_YEAR)
     return _collect(lf
                     .with_columns(dated.alias("_dated")).with_columns(
                         ctx_ts.alias("ctx_ts"), d.is_not_null().alias("ctx_dated"), mtime.alias("ctx_mtime"),
                         (pl.col("ts_dt").backward_fill().over(_FILE) if several else pl.col("ts_dt").backward_fill())
-                        .alias("next_ts")).drop("_dated", *([_FILE, _REF] if several else [])))
+                        .alias("next_ts")).drop("_dated", *([_FILE, _REF] if several else []))
+                    .drop(_FILE_HEAD, strict=False))
 
 
 def _batch_rows(starts: pl.DataFrame, ctx: FileContext) -> pl.DataFrame | None:
