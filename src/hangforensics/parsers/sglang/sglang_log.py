@@ -439,8 +439,8 @@ def _bare_traceback_start(kind: pl.Series, body: pl.Series, file: pl.Series | No
     """A traceback before the first record (pasted without the 'Scheduler hit an exception' line that
     introduced it) is an undated exception record of its own; inside a record it stays a continuation.
     ``file``: each line's file (several files' lines): before each file's first record."""
-    if not kind.len() or kind[0] is not None and (file is None or not kind.is_null().any()):
-        return kind                                 # the first line starts a record: no line before one
+    if not kind.len() or not kind.is_null().any() or (file is None and kind[0] is not None):
+        return kind                                 # no line before a file's first record
     if file is not None:
         head = pl.col("kind").is_not_null().cast(pl.Int32).cum_sum().over(_FILE) == 0
         tb = head & pl.col("body").str.contains(BARE_TRACEBACK)
@@ -466,8 +466,9 @@ def _one_failure_summary(kind: pl.Series, body: pl.Series, file: pl.Series | Non
     inside = pl.col("kind").forward_fill().shift(1)
     inside = (inside if file is None else inside.over(_FILE)) == "child_failed"
     always = _BODY.str.contains(CHILD_FAILED_ALWAYS)
-    return pl.DataFrame([kind, body, *([file] if file is not None else [])]).select(pl.when(summary & inside & ~always).then(pl.lit(None, dtype=pl.String))
-                                            .otherwise(pl.col("kind")).alias("kind")).to_series()
+    frame = pl.DataFrame([kind, body] if file is None else [kind, body, file])
+    return frame.select(pl.when(summary & inside & ~always).then(pl.lit(None, dtype=pl.String))
+                        .otherwise(pl.col("kind")).alias("kind")).to_series()
 
 
 def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
@@ -482,8 +483,9 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     part of a chunk (``sglang_fast``): the chunk-level facts (release, clock steps, last time) are left to
     the caller, which gets the records' line, time, message and ranks in ``Parsed.starts``.  ``head_what``:
     the lines are not a file's head (``classify``).  ``files``: the lines are several files' (each line's
-    file, ``ingest.batch_parse``), each starting with a record of its own: times are filled from the
-    nearest dated record of the same file, else from that file's ``references`` (its modification time).
+    file, ``ingest.batch_parse``), each read as if alone: its head (the lines before its first record) its
+    own, no record running into the next file, times filled from the nearest dated record of the same file,
+    else from that file's ``references`` (its modification time).
     """
     df = _classify(lines, head_what, first_line, collected_ts, files)
     if files is not None and references is not None:
