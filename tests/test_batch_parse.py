@@ -13,6 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from conftest import DATA, EXAMPLES, SHARED
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hangforensics.ingest import batch_parse, parallel
 from hangforensics.ingest.plan import Plan, plan_files
@@ -183,6 +185,8 @@ def test_files_whose_first_lines_would_continue_the_record_before_share_a_parse_
     summary = ["[rank0]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
                "============================================================", "job.py FAILED",
                "------------------------------------------------------------", "Failures:", "  <NO_OTHER_FAILURES>"]
+    leak = ("/sgl/python/sglang/srt/managers/scheduler.py:1326: UserWarning: token_to_kv_pool memory leak "
+            "detected! available_size=10, max_total_num_tokens=20")
     files = [
         _log(logs / "a.log", [dated(1, decode), tb_open, frame]),
         _log(logs / "b.log", ["Traceback (most recent call last):", frame, "ValueError: b", dated(2, decode)]),
@@ -191,12 +195,13 @@ def test_files_whose_first_lines_would_continue_the_record_before_share_a_parse_
                               "    run_batch (sglang/srt/managers/scheduler.py:900)",
                               'Thread 0x7F00AA (idle): "Thread-1"', "    wait (threading.py:320)",
                               dated(4, decode), tb_open]),
-        _log(logs / "e.log", ["/sgl/python/sglang/srt/managers/scheduler.py:1326: UserWarning: token_to_kv_pool "
-                              "memory leak detected! available_size=10, max_total_num_tokens=20", "  warnings.warn(",
-                              dated(5, decode), glog]),
+        _log(logs / "e.log", [leak, "  warnings.warn(", dated(5, decode), glog]),
         _log(logs / "f.log", ["", "    at the end of the paste above", dated(6, decode), *summary]),
         _log(logs / "g.log", ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)",
-                              "  exitcode  : -9 (pid: 5362)  (SIGKILL)", dated(7, decode)]),
+                              "  exitcode  : -9 (pid: 5362)  (SIGKILL)", dated(7, decode),
+                              dated(8, "Load weight begin."), leak]),
+        # (2024's second leak line starts a warning only where nothing takes it: a head)
+        _log(logs / "h.log", ["KV cache pool leak detected!", dated(9, decode)]),
     ]
     jobs = _jobs(logs, files)
     assert _compare(jobs, tmp_path) == len(files)     # all parsed together, each as it is alone
@@ -207,6 +212,7 @@ def test_files_whose_first_lines_would_continue_the_record_before_share_a_parse_
     assert {s["line"] for s in got["d.log"]["stacks"]} == {1, 3}
     assert [e["line"] for e in got["e.log"]["events"] if e["kind"] == "mem_leak_warning"] == [1]
     assert [e["line"] for e in got["g.log"]["events"] if e["kind"] == "child_failed"] == [1]
+    assert [e["line"] for e in got["h.log"]["events"] if e["kind"] == "mem_leak_warning"] == [1]
     assert [u["line"] for u in got["f.log"]["unparsed"]] == [1, 2]      # before any record: no record's
 
 
@@ -263,6 +269,54 @@ def test_tasks_batch_only_small_whole_logs_and_start_with_the_costliest(tmp_path
     ordered = sorted(tasks, key=parallel._task_cost, reverse=True)
     assert ordered[0] is batches[0] or ordered[0] is singles[0]
     assert parallel._task_cost(batches[0]) > 5 * parallel.FILE_COST
+
+
+# Lines whose record depends on what comes before them (a head of its own, or the tail of the record above):
+# dated records of each kind, the lines that continue them, and those a file's head makes records of.
+_LINES = [
+    "[2026-01-01 00:00:0{k} TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.01, "
+    "gen throughput (token/s): 5.00, #queue-req: 0",
+    "[2026-01-01 00:00:0{k} TP1] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/usr/lib/python3/site-packages/sglang/srt/managers/scheduler.py", line {k}, in event_loop',
+    "Traceback (most recent call last):", "ValueError: b", "", "    at the end of the paste above",
+    "    forward (sglang/srt/models/llama.py:30{k})", 'Thread 0x7F00AA (idle): "Thread-{k}"',
+    "/sgl/python/sglang/srt/managers/scheduler.py:1326: UserWarning: token_to_kv_pool memory leak detected! "
+    "available_size=10, max_total_num_tokens=20", "KV cache pool leak detected!",
+    "[rank0]:[E101 00:00:0{k}.000000000 ProcessGroupNCCL.cpp:1] [PG 0 Rank 0] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+    "for 600001 milliseconds before timing out.",
+    "  what():  [PG 0 Rank 0] Process group watchdog thread terminated with exception: [Rank 0] Watchdog caught "
+    "collective operation timeout",
+    "[rank0]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "Root Cause (first observed "
+    "failure):", "[0]:", "  exitcode  : -9 (pid: 5362)  (SIGKILL)",
+    "INFO 01-01 00:00:0{k} [metrics.py:345] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 1.0 "
+    "tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.1%, CPU KV cache usage: 0.0%",
+    'INFO:     127.0.0.1:4000{k} - "GET /health HTTP/1.1" 200 OK',
+]
+_FIRSTS = [0, 1]                # a file begins with a dated record, so that its kind is a server log
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(files=st.lists(st.tuples(st.sampled_from(_FIRSTS), st.lists(st.tuples(st.integers(0, len(_LINES) - 1),
+                                                                             st.integers(0, 9)), max_size=12),
+                                st.booleans()), min_size=2, max_size=6))
+def test_property_any_files_share_a_parse_and_each_gets_its_own_rows(tmp_path: Path,
+                                                                     files: list[tuple[int, list, bool]]) -> None:
+    """Small logs of lines whose records depend on the lines before them (and heads of every kind behind a
+    first dated line, or cut off: ``headless``), in any order: each file gets from a shared parse the rows and
+    outcome its own parse gives."""
+    logs = tmp_path / f"e{abs(hash(str(files)))}"
+    logs.mkdir()
+    paths = []
+    for k, (first, lines, headless) in enumerate(files):
+        text = [_LINES[i].format(k=d) for i, d in lines]
+        body = text if headless and text else [_LINES[first].format(k=k), *text]
+        paths.append(_log(logs / f"f{k}.log", body))
+    plans = {p.file.abs_path.name: p for p in _plans(logs, tmp_path)}
+    jobs = [plans[f.name].job() for f in paths if f.name in plans and parallel.batchable(plans[f.name])]
+    if len(jobs) >= 2:
+        assert _compare(jobs, tmp_path) == len(jobs)      # (all read the same way: one joint parse)
 
 
 def test_a_batch_holds_logs_read_the_same_way_so_that_it_is_one_joint_parse(tmp_path: Path,

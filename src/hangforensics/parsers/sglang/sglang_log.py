@@ -654,11 +654,8 @@ _KEPT = pl.col("role") != "unparsed"
 _LAST = pl.col("start").shift(-1, fill_value=True) & (pl.col("rec") > 0)
 _ENDS = [pl.when(_LAST).then(pl.when(_KEPT).then(pl.col("line")).forward_fill()).backward_fill().alias("line_end"),
          pl.when(_LAST).then(pl.when(_KEPT).then(pl.col("i")).forward_fill()).backward_fill().alias("i_end")]
-# several files' lines: a record ends with its file too
-_LAST_FILES = (pl.col("start") | _FIRST).shift(-1, fill_value=True) & ~pl.col(_FILE_HEAD)
-_ENDS_FILES = [
-    pl.when(_LAST_FILES).then(pl.when(_KEPT).then(pl.col("line")).forward_fill()).backward_fill().alias("line_end"),
-    pl.when(_LAST_FILES).then(pl.when(_KEPT).then(pl.col("i")).forward_fill()).backward_fill().alias("i_end")]
+# (several files' lines: the head of the file after a record is never kept, so the record's last kept line is
+# its own file's)
 _ONE_LINE = [pl.col("line").alias("line_end"), pl.col("i").alias("i_end")]
 _TS_DT = pl.col("ts").str.replace(",", ".", literal=True).str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False) \
     .alias("ts_dt")
@@ -687,7 +684,7 @@ def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
     if df.get_column("start").all():        # every line a record's start: each record that line
         lf = df.lazy().with_columns(_ONE_LINE)
     else:
-        lf = df.lazy().with_columns(_ENDS_FILES if several else _ENDS).filter(pl.col("start"))
+        lf = df.lazy().with_columns(_ENDS).filter(pl.col("start"))
     ts = df.get_column("ts")
     lf = lf.with_columns(_NO_TS) if ts.null_count() == ts.len() else lf.with_columns(_TS_DT).with_columns(_TS_YEAR)
     return _collect(lf
