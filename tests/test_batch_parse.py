@@ -302,26 +302,52 @@ _FIRSTS = [0, 1]                # a file begins with a dated record, so that its
                                                                  HealthCheck.function_scoped_fixture])
 @given(files=st.lists(st.tuples(st.sampled_from(_FIRSTS), st.lists(st.tuples(st.integers(0, len(_LINES) - 1),
                                                                              st.integers(0, 9)), max_size=12),
-                                st.booleans()), min_size=2, max_size=6))
+                                st.booleans(), st.booleans()), min_size=2, max_size=6))
 def test_property_any_files_share_a_parse_and_each_gets_its_own_rows(tmp_path: Path,
-                                                                     files: list[tuple[int, list, bool]]) -> None:
+                                                                     files: list[tuple[int, list, bool, bool]]) -> None:
     """Small logs of lines whose records depend on the lines before them (and heads of every kind behind a
-    first dated line, or cut off: ``headless``), in any order: each file gets from a shared parse the rows and
-    outcome its own parse gives."""
+    first dated line, or cut off: ``headless``), some ending without a newline (``cut``), in any order: each
+    file gets from a shared parse the rows and outcome its own parse gives."""
     logs = Path(tempfile.mkdtemp(dir=tmp_path))           # (an example may be tried twice)
-    paths = []
-    for k, (first, lines, headless) in enumerate(files):
+    paths, alone = [], set()
+    for k, (first, lines, headless, cut) in enumerate(files):
         text = [_LINES[i].format(k=d) for i, d in lines]
         body = text if headless and text else [_LINES[first].format(k=k), *text]
-        paths.append(_log(logs / f"f{k}.log", body))
+        path = logs / f"f{k}.log"
+        data = "\n".join(body) + ("" if cut else "\n")
+        path.write_text(data)
+        if "\n" in data and not data.endswith("\n"):   # (its last line, without a newline, read after the rest)
+            alone.add(path.name)
+        paths.append(path)
     plans = {p.file.abs_path.name: p for p in _plans(logs, tmp_path)}
     jobs = [plans[f.name].job() for f in paths if f.name in plans and parallel.batchable(plans[f.name])]
     ways: dict[tuple[bool, bool], int] = {}     # (a file sniffed behind an envelope is read apart from plain ones)
     for job in jobs:
-        way = (not job.envelope.layers, bool(set(job.envelope.layers) & TIMED_LAYERS))
-        ways[way] = ways.get(way, 0) + 1
+        if job.abs_path.name not in alone:
+            way = (not job.envelope.layers, bool(set(job.envelope.layers) & TIMED_LAYERS))
+            ways[way] = ways.get(way, 0) + 1
     if len(jobs) >= 2:
         assert _compare(jobs, tmp_path) == sum(n for n in ways.values() if n > 1)
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
+def test_a_one_line_log_without_its_newline_shares_a_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          scanner: bool) -> None:
+    """A log of one line without a newline (a one-line paste) is one chunk: it shares the parse, and the next
+    file's first line is not glued to it (the scanner reads the files' bytes one after the other)."""
+    if not scanner:
+        monkeypatch.setattr(batch_parse, "_scanner", lambda: None)
+    logs = tmp_path / "engine"
+    logs.mkdir()
+    line = "[2026-01-01 00:00:0{k} TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.01, " \
+        "gen throughput (token/s): 5.00, #queue-req: 0"
+    one = logs / "a.log"
+    one.write_text(line.format(k=1))
+    files = [one, _log(logs / "b.log", [line.format(k=2), line.format(k=3)])]
+    jobs = _jobs(logs, files)
+    assert _compare(jobs, tmp_path) == 2          # parsed together, each as alone
+    got = batch_parse.parse_batch_to_ipc(jobs, str(tmp_path / "batch"))
+    assert [len(_rows(m)["batches"]) for m, _ in got] == [1, 2]
 
 
 def test_a_batch_holds_logs_read_the_same_way_so_that_it_is_one_joint_parse(tmp_path: Path,

@@ -200,7 +200,8 @@ def _scan_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
     from ..parsers.sglang.sglang_log import FileContext, files_facts, parse_chunk, rare_records
 
     sc = fast.scanner()
-    raw = b"".join(r.raw for r in ready if r.raw is not None)
+    # (a one-line file may end without its newline: the next file's first line must not be glued to it)
+    raw = b"".join(r.raw if r.raw.endswith(b"\n") else r.raw + b"\n" for r in ready if r.raw is not None)
     buf = np.frombuffer(raw, np.uint8)
     text = fast._Text(sc, buf)
     starts, ends, brackets = sc.bounds(buf)
