@@ -316,8 +316,8 @@ def test_property_any_files_share_a_parse_and_each_gets_its_own_rows(tmp_path: P
         path = logs / f"f{k}.log"
         data = "\n".join(body) + ("" if cut else "\n")
         path.write_text(data)
-        if "\n" in data and not data.endswith("\n"):   # (its last line, without a newline, read after the rest)
-            alone.add(path.name)
+        if "\n" in data and not data.endswith("\n"):   # (its last line, without a newline, read after the rest:
+            alone.add(path.name)                        # the file shares a parse only when no record takes it)
         paths.append(path)
     plans = {p.file.abs_path.name: p for p in _plans(logs, tmp_path)}
     jobs = [plans[f.name].job() for f in paths if f.name in plans and parallel.batchable(plans[f.name])]
@@ -327,7 +327,7 @@ def test_property_any_files_share_a_parse_and_each_gets_its_own_rows(tmp_path: P
             way = (not job.envelope.layers, bool(set(job.envelope.layers) & TIMED_LAYERS))
             ways[way] = ways.get(way, 0) + 1
     if len(jobs) >= 2:
-        assert _compare(jobs, tmp_path) == sum(n for n in ways.values() if n > 1)
+        assert _compare(jobs, tmp_path) >= sum(n for n in ways.values() if n > 1)
 
 
 @pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
@@ -348,6 +348,39 @@ def test_a_one_line_log_without_its_newline_shares_a_parse(tmp_path: Path, monke
     assert _compare(jobs, tmp_path) == 2          # parsed together, each as alone
     got = batch_parse.parse_batch_to_ipc(jobs, str(tmp_path / "batch"))
     assert [len(_rows(m)["batches"]) for m, _ in got] == [1, 2]
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
+def test_a_paste_whose_last_line_has_no_newline_shares_a_parse_when_no_record_takes_that_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool) -> None:
+    """A log's last line without its newline is a chunk of its own, read after the rest. When no record takes
+    it (a line cut mid-word) it adds one unparsed row, and the file shares the parse: plain, or behind
+    Markdown (whose unparsed lines keep their text, read back from the envelope as it was after the rest).
+    One that starts a record is read with the context the rest left: that file is parsed alone."""
+    if not scanner:
+        monkeypatch.setattr(batch_parse, "_scanner", lambda: None)
+    logs = tmp_path / "engine"
+    logs.mkdir()
+    decode = "[2026-01-01 00:00:0{k} TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.01, " \
+        "gen throughput (token/s): 5.00, #queue-req: 0"
+    texts = {
+        "a.log": [decode.format(k=1), "an odd line", '  File "/us'],
+        "b.log": [decode.format(k=2), decode.format(k=3)],                # its last line is a record
+        "c.md": ["It hangs here:", "```", decode.format(k=4), "some words", "```", "and then it stops wi"],
+        "d.md": ["Again:", "```", decode.format(k=5), "more words", "```", "cut mid-wo"],
+        "e.log": [decode.format(k=6), "a last line with its newline"],
+    }
+    for name, lines in texts.items():
+        (logs / name).write_text("\n".join(lines) + ("\n" if name == "e.log" else ""))
+    plans = {p.file.abs_path.name: p for p in _plans(logs, tmp_path)}
+    jobs = [plans[name].job() for name in texts]
+    assert [batch_parse._prepared(j).tail is not None for j in jobs] == [True, True, True, True, False]
+    assert _compare(jobs, tmp_path) == 4          # all but b.log, each as alone
+    got = {j.rel_path: _rows(m) for j, (m, _) in zip(jobs, batch_parse.parse_batch_to_ipc(
+        jobs, str(tmp_path / "batch")), strict=True)}
+    assert [(u["line"], u["text"]) for u in got["c.md"]["unparsed"]] == [
+        (1, "It hangs here:"), (2, "```"), (4, "some words"), (5, "```"), (6, "and then it stops wi")]
+    assert len(got["b.log"]["batches"]) == 2
 
 
 def test_a_batch_holds_logs_read_the_same_way_so_that_it_is_one_joint_parse(tmp_path: Path,

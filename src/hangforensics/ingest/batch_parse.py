@@ -24,6 +24,7 @@ compares them over every corpus, through the scanner and without it).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -59,6 +60,10 @@ class _Ready:
     ctx: Any                        # its FileContext
     physical: int                   # its physical lines: file k's line n is line bases[k] + n of the batch
     raw: bytes | None = None        # a plain log's bytes, valid UTF-8 (for the compiled scanner)
+    # its last line when it has no newline: a chunk of its own after the rest (``iter_chunks``), and where the
+    # rest ends (the resume point between them)
+    tail: Payload | None = None
+    rest_bytes: int = 0
 
 
 def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tuple[str, Any]], FileOutcome]]:
@@ -71,6 +76,10 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
             ready.append(_prepared(job))
         except Exception:       # noqa: BLE001 (its own parse says what is wrong with it, as for a file alone)
             ready.append(None)
+    tails = [k for k, r in enumerate(ready) if r is not None and r.tail is not None]
+    for k, plain in zip(tails, _plain_tails([ready[k].tail for k in tails]), strict=True):  # type: ignore[union-attr]
+        if not plain:
+            ready[k] = None
     scanning = _scanner() is not None
     groups: dict[tuple[bool, bool, bool], list[int]] = {}
     for k, r in enumerate(ready):
@@ -115,8 +124,9 @@ def _prepared(job: FileJob) -> _Ready | None:
     out.envelope = reader.stack.name
     plain = reader.unwrapper is None
     pays: list[Payload] = []
+    raws: list[bytes | None] = []
+    ends: list[int] = []
     physical = 0
-    raw: bytes | None = None
     # (a plain log's bytes as the scanner reads them, the lines as one column: ``_parse_log`` reads it so)
     # (a live log's unfinished last line is left for the next ingest, as ``_parse_log`` leaves it; a split
     # record the envelope carries at the end makes the file a parse of its own, which holds it back)
@@ -127,13 +137,58 @@ def _prepared(job: FileJob) -> _Ready | None:
         raw = chunk.raw
         lines = (_lines(raw) if raw is not None else chunk.column) if plain else chunk.lines
         pays.append(reader.feed(lines, chunk.first_line))
+        if pays[-1].source is not None:
+            # (the text of its unparsed lines is read back from the envelope's state after this chunk)
+            pays[-1].source = copy.copy(pays[-1].source)
+        raws.append(raw)
+        ends.append(chunk.end_offset)
         out.read_bytes = chunk.end_offset
         physical = chunk.first_line + chunk.count - 1
+    tail = None
+    if len(pays) == 2 and pays[1].physical == 1 and len(pays[1].lines) <= 1:
+        tail = pays.pop()           # the last line without its newline, a chunk of its own (``_plain_tails``)
+        physical -= 1
     if len(pays) != 1 or reader.carried_from() is not None or not len(pays[0].lines):
         return None
     ctx = FileContext(engine=job.engine, path=job.rel_path, default_year=datetime.fromtimestamp(mtime).year,
                       reference=datetime.fromtimestamp(mtime))
-    return _Ready(job, out, pays[0], ctx, physical, raw)
+    return _Ready(job, out, pays[0], ctx, physical, raws[0], tail, ends[0])
+
+
+def _plain_tails(tails: list[Payload]) -> list[bool]:
+    """Whether each file's last line without its newline (``_Ready.tail``), read as a chunk of its own, is only
+    a line no record takes (or one its envelope dropped): it then adds one unparsed row and nothing else
+    (``_tail``), as its own parse gives.
+    One that starts a record, is cut into by one or is a py-spy dump's part (a record in a chunk's head) is
+    read with its file's context: the file is parsed alone.  All the lines classified by one call, each with
+    a head of its own."""
+    from ..parsers.sglang.sglang_log import _classify
+    from ..parsers.stacks import pyspy
+
+    # (a line the envelope dropped, Markdown's prose: no payload, the line is unparsed)
+    texts = [str(t.lines[0]) for t in tails if len(t.lines)]
+    if not texts:
+        return [True] * len(tails)
+    df = _classify(texts, files=list(range(len(texts))))
+    lone = iter((df.get_column("kind").is_null() & (df.get_column("role") == "unparsed")
+                 & ~df.get_column("interleaved")).to_list())
+    return [not len(t.lines) or (next(lone) and pyspy.frame_of(str(t.lines[0])) is None
+                                 and not pyspy.THREAD_RE.match(str(t.lines[0]))) for t in tails]
+
+
+def _tail(r: _Ready) -> Any:
+    """The ``Parsed`` of a file's last line without its newline (``_plain_tails``): one unparsed row."""
+    from ..parsers.sglang.sglang_log import Parsed
+
+    pay = r.tail
+    assert pay is not None
+    if pay.plain:
+        rows, lines = [{"engine": r.job.engine, "path": r.job.rel_path, "line": pay.first_line,
+                        "text": pay.lines[0]}], 1
+    else:                           # (as ``parse._parse_payload``: with the envelope's own unparsed lines)
+        rows, lines = pay.unparsed_rows(r.job.engine, r.job.rel_path, pay.line[:1]), pay.physical  # type: ignore[index]
+    un = _unparsed_frame(rows)
+    return Parsed(tables={"unparsed": un}, lines=lines, unparsed=un.height)
 
 
 def _alone(r: _Ready) -> list[tuple[str, Any]]:
@@ -283,15 +338,20 @@ def _per_file(ready: list[_Ready], parsed: Any, bases: list[int], cut: Any,
 
 
 def _batches(p: Any, r: _Ready) -> Iterator[tuple[str, Any]]:
-    """What ``parse._parse_log`` yields for a file of one chunk: its tables, then the resume point after it."""
+    """What ``parse._parse_log`` yields for a file of one chunk (and its last line without a newline): each
+    chunk's tables, then the resume point after it."""
     import polars as pl
 
-    for _ in _counted([p], r.ctx, r.out, True):
-        for table in LOADED_TABLES:
-            rows = p.tables.get(table)
-            if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
-                yield table, rows
-        yield CHECKPOINT, FileOutcome(r.out.lines, r.out.unparsed, r.out.read_bytes)
+    parts = [(p, r.rest_bytes if r.tail is not None else r.out.read_bytes)]
+    if r.tail is not None:
+        parts.append((_tail(r), r.out.read_bytes))
+    for part, end in parts:
+        for _ in _counted([part], r.ctx, r.out, True):
+            for table in LOADED_TABLES:
+                rows = part.tables.get(table)
+                if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
+                    yield table, rows
+            yield CHECKPOINT, FileOutcome(r.out.lines, r.out.unparsed, end)
 
 
 def _dated_access(starts: Any, access: Any, bases: list[int], outs: list[Any]) -> None:
