@@ -101,6 +101,19 @@ def _log(path: Path, lines: list[str], mtime: float | None = None) -> Path:
     return path
 
 
+_DECODE = ("[2026-01-01 00:00:0{k} TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.01, "
+           "gen throughput (token/s): 5.00, #queue-req: 0")
+
+
+def _engine(tmp: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool) -> Path:
+    """An engine folder for a test's logs, read with the compiled scanner or without it."""
+    if not scanner:
+        monkeypatch.setattr(batch_parse, "_scanner", lambda: None)
+    logs = tmp / "engine"
+    logs.mkdir()
+    return logs
+
+
 def _jobs(tmp: Path, files: list[Path]) -> list:
     plans = _plans(tmp, tmp / "..")
     by_name = {p.file.abs_path.name: p for p in plans}
@@ -335,12 +348,8 @@ def test_a_one_line_log_without_its_newline_shares_a_parse(tmp_path: Path, monke
                                                           scanner: bool) -> None:
     """A log of one line without a newline (a one-line paste) is one chunk: it shares the parse, and the next
     file's first line is not glued to it (the scanner reads the files' bytes one after the other)."""
-    if not scanner:
-        monkeypatch.setattr(batch_parse, "_scanner", lambda: None)
-    logs = tmp_path / "engine"
-    logs.mkdir()
-    line = "[2026-01-01 00:00:0{k} TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.01, " \
-        "gen throughput (token/s): 5.00, #queue-req: 0"
+    logs = _engine(tmp_path, monkeypatch, scanner)
+    line = _DECODE
     one = logs / "a.log"
     one.write_text(line.format(k=1))
     files = [one, _log(logs / "b.log", [line.format(k=2), line.format(k=3)])]
@@ -357,12 +366,8 @@ def test_a_paste_whose_last_line_has_no_newline_shares_a_parse_when_no_record_ta
     it (a line cut mid-word) it adds one unparsed row, and the file shares the parse: plain, or behind
     Markdown (whose unparsed lines keep their text, read back from the envelope as it was after the rest).
     One that starts a record is read with the context the rest left: that file is parsed alone."""
-    if not scanner:
-        monkeypatch.setattr(batch_parse, "_scanner", lambda: None)
-    logs = tmp_path / "engine"
-    logs.mkdir()
-    decode = "[2026-01-01 00:00:0{k} TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.01, " \
-        "gen throughput (token/s): 5.00, #queue-req: 0"
+    logs = _engine(tmp_path, monkeypatch, scanner)
+    decode = _DECODE
     texts = {
         "a.log": [decode.format(k=1), "an odd line", '  File "/us'],
         "b.log": [decode.format(k=2), decode.format(k=3)],                # its last line is a record
