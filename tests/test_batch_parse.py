@@ -182,10 +182,7 @@ def test_files_whose_first_lines_would_continue_the_record_before_share_a_parse_
     that would take those lines: each file's head is its own, read as when the file is read alone (unparsed
     lines, or the records a head makes: a bare traceback's, a headerless dump's, a leak warning's, a summary's),
     and every file shares the parse."""
-    if not scanner:
-        monkeypatch.setattr(batch_parse, "_scanner", lambda: None)
-    logs = tmp_path / "engine"
-    logs.mkdir()
+    logs = _engine(tmp_path, monkeypatch, scanner)
 
     def dated(k: int, msg: str) -> str:
         return f"[2026-01-01 00:00:{k:02d} TP0] {msg}"

@@ -163,17 +163,17 @@ def _plain_tails(tails: list[Payload]) -> list[bool]:
     read with its file's context: the file is parsed alone.  All the lines classified by one call, each with
     a head of its own."""
     from ..parsers.sglang.sglang_log import _classify
-    from ..parsers.stacks import pyspy
+    from ..parsers.sglang.sglang_records import dump_like
 
-    # (a line the envelope dropped, Markdown's prose: no payload, the line is unparsed)
+    # (a line the envelope dropped, Markdown's prose, leaves no payload: unparsed, nothing else)
     texts = [str(t.lines[0]) for t in tails if len(t.lines)]
-    if not texts:
-        return [True] * len(tails)
-    df = _classify(texts, files=list(range(len(texts))))
-    lone = iter((df.get_column("kind").is_null() & (df.get_column("role") == "unparsed")
-                 & ~df.get_column("interleaved")).to_list())
-    return [not len(t.lines) or (next(lone) and pyspy.frame_of(str(t.lines[0])) is None
-                                 and not pyspy.THREAD_RE.match(str(t.lines[0]))) for t in tails]
+    alone: dict[str, bool] = {}
+    if texts:
+        df = _classify(texts, files=list(range(len(texts))))
+        lone = (df.get_column("kind").is_null() & (df.get_column("role") == "unparsed")
+                & ~df.get_column("interleaved")).to_list()
+        alone = {text: ok and not dump_like([text]) for text, ok in zip(texts, lone, strict=True)}
+    return [not len(t.lines) or alone[str(t.lines[0])] for t in tails]
 
 
 def _tail(r: _Ready) -> Any:

@@ -609,23 +609,18 @@ def _leading_dump(df: pl.DataFrame, starts: pl.DataFrame, first_line: int, rows:
     """Offsets of a headerless py-spy part before the chunk's first record (only a file's first chunk has
     lines before a record start), parsed into ``rows``; ``files``: each line's file, a part before each
     file's first record."""
-    if files is None:
-        if not df.height or df.get_column("rec")[0] != 0:     # (rec counts the starts so far)
-            return []
-        head = df.filter(pl.col("rec") == 0)
-        dated = starts.get_column("ts_dt").drop_nulls()
-        return sorted(leading_dump(head.get_column("body").to_list(), first_line,
-                                   dated[0] if dated.len() else None, rows))
-    heads = df.filter(pl.col(_FILE_HEAD) & ~pl.col("start")) if _FILE_HEAD in df.columns else df.clear()
+    if not df.height or (files is None and df.get_column("rec")[0] != 0):   # (rec counts the starts so far)
+        return []
+    heads = df.filter(_in_head(df) & ~pl.col("start"))
     if not heads.height:
         return []
-    # each file's first dated record (starts are numbered from first_line, as the lines)
-    of = pl.Series(files, dtype=pl.Int32)
-    dated = starts.select(pl.lit(of).gather(pl.col("line") - first_line).alias(_FILE), "ts_dt").drop_nulls() \
-        .group_by(_FILE).agg(pl.col("ts_dt").first())
-    first_ts = dict(dated.iter_rows())
+    # each file's lines, and its first dated record (starts are numbered from first_line, as the lines)
+    of = pl.Series(_FILE, files if files is not None else [0] * df.height, dtype=pl.Int32)
+    first_ts = dict(starts.select(pl.lit(of).gather(pl.col("line") - first_line), "ts_dt").drop_nulls()
+                    .group_by(_FILE, maintain_order=True).agg(pl.col("ts_dt").first()).iter_rows())
     lead: list[int] = []
-    for (k,), head in heads.partition_by(_FILE, as_dict=True, maintain_order=True).items():
+    for (k,), head in heads.select("i", "body", of.gather(heads.get_column("i"))).partition_by(
+            _FILE, as_dict=True, maintain_order=True).items():
         i0 = head.get_column("i")[0]
         lead += [i0 + o for o in leading_dump(head.get_column("body").to_list(), first_line + i0,
                                               first_ts.get(k), rows)]

@@ -165,14 +165,20 @@ def _pyspy_dump(rec: Record, out: RecordRows) -> dict[str, Any]:
             "native": "--native" in rec.msg or any(fr.native for fr in frames)}
 
 
+def dump_like(texts: list[str]) -> bool:
+    """Whether lines read as a py-spy dump's part: at least half of those with text are its frames or thread
+    lines (``leading_dump`` parses such a part before a chunk's first record)."""
+    body = [t for t in texts if t.strip()]
+    grammar = [t for t in body if pyspy.frame_of(t) is not None or pyspy.THREAD_RE.match(t)]
+    return bool(grammar) and len(grammar) * 2 >= len(body)
+
+
 def leading_dump(texts: list[str], first_line: int, ts: datetime | None, out: RecordRows) -> set[int]:
     """A py-spy dump's later part at the very start of a log, before its first record (a watchdog dump
     pasted in two pieces: the second piece starts mid-thread).  Parsed headerless; returns the offsets
     it consumed (the rest stays unparsed).  ``ts``: the first dated line after it (the dump was printed
     just before it)."""
-    body = [t for t in texts if t.strip()]
-    grammar = [t for t in body if pyspy.frame_of(t) is not None or pyspy.THREAD_RE.match(t)]
-    if not grammar or len(grammar) * 2 < len(body):
+    if not dump_like(texts):
         return set()
     dump = pyspy.parse_dump(texts, first_line)
     if not dump.threads:
