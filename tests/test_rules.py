@@ -6,7 +6,10 @@ from datetime import datetime
 
 from conftest import LogWriter, analyze_folder, by_rule
 
+from hangforensics.analysis.findings import run_rules
 from hangforensics.analysis.rules import load_rules
+from hangforensics.ingest.pipeline import ingest_paths
+from hangforensics.store import Store
 
 T = "2026-05-01 10:00:00"
 
@@ -91,6 +94,22 @@ def test_watchdogs_in_the_same_second_mean_all_ranks_froze_at_last_progress(tmp_
     assert herring["ts"] == at(425) and len(herring["ranks"]) == 4
     assert "5944" in herring["detail"]                   # the shortfall is quoted
     assert "first-rank-stopped" not in f and "idle-memory-leak" not in f
+
+
+def test_the_red_herring_quotes_the_last_decode_line_printed_whatever_the_rows_order(tmp_path, log: LogWriter):
+    # two Decode lines in the last second before the stall: the one printed last is "the last Decode line"
+    # (as the rows are stored: in the order the files loaded, which a fleet's parallel load varies)
+    log.startup().traffic(10, 119).batch(120, running=5).batch(120, running=7).posts(122, 430)
+    for r in range(4):
+        log.watchdog(425, f"TP{r}")
+    details = []
+    with Store(":memory:") as st:
+        ingest_paths(st, [log.write(tmp_path / "wd")], mode="auto")
+        for order in ("ASC", "DESC"):
+            st.con.execute(f"CREATE OR REPLACE TABLE t_batches AS SELECT * FROM t_batches ORDER BY line {order}")
+            (herring,) = by_rule(run_rules(st))["busy-leak-report"]
+            details.append(herring["detail"])
+    assert all("held 4900 tokens for 7 running requests" in d for d in details), details
 
 
 def test_watchdogs_fire_at_their_dump_not_at_the_timeout_line_py_spy_delays(tmp_path, log: LogWriter):

@@ -93,7 +93,8 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     out.read_bytes = job.start_offset
     starts: list[tuple[int, int]] = []       # (first line, byte offset) of each chunk
     next_line = job.start_line
-    plain = reader.unwrapper is None         # a plain log's lines stay one polars column, never Python strings
+    plain = reader.unwrapper is None         # a plain log's lines stay one polars column, never Python strings,
+    column = plain or reader.columnar()      # and so do those behind an envelope unwrapped as a column
     # a plain read (a large one where the scanner is not loaded yet): the compiled scanner takes batch and
     # access lines (sglang_fast).  It reads the same chunks as the general parser (CHUNK_BYTES, cut at the
     # same places): what a chunk's records say depends on where it starts (its head, its first records).
@@ -101,7 +102,7 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     group = ScanGroup(ctx) if scan else None
     for chunk in iter_chunks(f.abs_path, job.start_offset, job.start_line, records=True, end_offset=job.end_offset,
                              notes=out.notes, hold_partial=job.hold_partial, record_start=reader.record_start(),
-                             column=("raw" if scan else plain), chunk_bytes=CHUNK_BYTES):
+                             column=("raw" if scan else column), chunk_bytes=CHUNK_BYTES):
         starts.append((chunk.first_line, max(out.read_bytes, out.notes.leading_nul_bytes)))
         if group is not None and chunk.raw is not None:         # the scanner splits the bytes itself
             before, done = group.add(chunk.raw, chunk.first_line)
@@ -109,7 +110,7 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
             yield from _counted(before, ctx, out, reader.carried_from() is None)
         else:                                                   # (a group so far comes first)
             done = group.flush() if group is not None else []
-            done.append(_parse_payload(reader.feed(chunk.column if plain else chunk.lines, chunk.first_line), ctx))
+            done.append(_parse_payload(reader.feed(chunk.column if column else chunk.lines, chunk.first_line), ctx))
         out.read_bytes = chunk.end_offset
         next_line = chunk.first_line + chunk.count
         yield from _counted(done, ctx, out, reader.carried_from() is None)
@@ -130,7 +131,7 @@ def _parse_payload(pay: Payload, ctx: Any) -> Any:
 
     if pay.plain:
         return parse_chunk(pay.lines, pay.first_line, ctx)
-    parsed = parse_chunk(pay.lines, pay.first_line, ctx, pay.line, pay.collected_ts) if pay.lines else Parsed()
+    parsed = parse_chunk(pay.lines, pay.first_line, ctx, pay.line, pay.collected_ts) if len(pay.lines) else Parsed()
     un = parsed.tables.get("unparsed")
     firsts = un.get_column("line").to_list() if un is not None else []
     parsed.tables["unparsed"] = _unparsed_frame(pay.unparsed_rows(ctx.engine, ctx.path, firsts))

@@ -22,10 +22,12 @@ def datetime_lit(value: datetime) -> pl.Expr:
     return pl.lit((value - _EPOCH) // _US, dtype=pl.Int64).cast(pl.Datetime("us"))
 
 
-def datetime_series(name: str, values: list[datetime | None]) -> pl.Series:
-    """``pl.Series(name, values, dtype=pl.Datetime("us"))``."""
+def datetime_series(name: str, values: list[datetime | None] | pl.Series) -> pl.Series:
+    """``pl.Series(name, values, dtype=pl.Datetime("us"))`` (a Series of them: itself, renamed)."""
     import polars as pl
 
+    if isinstance(values, pl.Series):
+        return values.alias(name).cast(pl.Datetime("us"))
     if any(v is not None and v.tzinfo is not None for v in values):
         return pl.Series(name, values, dtype=pl.Datetime("us"))
     return pl.Series(name, [None if v is None else (v - _EPOCH) // _US for v in values], dtype=pl.Int64) \

@@ -85,7 +85,8 @@ class Payload:
     first_line: int                                 # physical line of the batch's first line (plain files)
     line: list[int] | None = None                   # physical first line of each payload line (None: plain,
                                                     # first_line + i)
-    collected_ts: list[datetime | None] | None = None   # the envelope's time per payload line (None: no time)
+    collected_ts: Any = None                        # the envelope's time per payload line (None: no time): a
+                                                    # list, or (a columnar envelope) a polars Datetime Series
     dropped: list[tuple[int, str]] = field(default_factory=list)   # (physical line, text) the envelope dropped
     physical: int = 0                               # physical lines accounted for by this batch
     unwrapped: Unwrapped | None = None
@@ -151,13 +152,18 @@ class PayloadReader:
         # (a payload whose dates the envelope put in is dated near the file's modification time itself)
         return cls(stack, year_hint([] if resumed or DATING_LAYERS & set(stack.layers) else payload, mtime))
 
+    def columnar(self) -> bool:
+        """Whether ``feed`` unwraps a polars column of lines at once (no Python object per line)."""
+        return self.unwrapper is not None and self.unwrapper.columnar is not None
+
     def record_start(self) -> re.Pattern[bytes]:
         """Where a log's chunks may be cut: before a payload record head behind this envelope."""
         return RECORD_START if self.unwrapper is None else self.stack.record_start()
 
     def feed(self, lines: Any, first_line: int, final: bool = False) -> Payload:
-        """The payload of the next lines of the file (``lines``: a list of str; a plain file's may also be a
-        polars String Series, handed on as it is)."""
+        """The payload of the next lines of the file (``lines``: a list of str, or a polars String Series: a
+        plain file's is handed on as it is, and behind a ``columnar`` envelope the payload and its times are
+        columns too)."""
         if self.unwrapper is None:
             return Payload(lines, first_line, physical=len(lines))
         u = self.unwrapper.feed(lines, first_line, final)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date
 from functools import lru_cache
+from typing import Any
 
 from .collectors import _Cri, _DockerJson, _Fluentbit, _Journald, _Kubectl, _Syslog, _Vector
+from .columnar import columnar_layer, unwrap_column
 from .layers import PAYLOAD_HEAD, _Items, _Layer
 from .pastes import (
     _Ansi,
@@ -74,12 +76,14 @@ NONE = EnvelopeStack()
 class Unwrapped:
     """The payload of one fed chunk (lines carried over from earlier chunks included)."""
 
-    payload: list[str] = field(default_factory=list)       # envelope stripped, split records rejoined
+    payload: Any = field(default_factory=list)             # envelope stripped, split records rejoined: a list
+                                                           # of str (a column fed: a polars String Series)
     line: list[int] = field(default_factory=list)          # physical 1-based line of its first physical line
     span: list[int] = field(default_factory=list)          # physical lines it stands for (0: a further line
                                                            # of one JSON message that held several)
-    collected_ts: list[datetime | None] = field(default_factory=list)   # the envelope's time (naive, UTC
-                                                           # when the envelope gave a zone), None without one
+    collected_ts: Any = field(default_factory=list)        # the envelope's time (naive, UTC when the
+                                                           # envelope gave a zone), None without one (a column
+                                                           # fed: a polars Datetime Series)
     dropped: list[tuple[int, str]] = field(default_factory=list)       # (physical line, original text) of
                                                            # envelope-only and prose lines
     identity: bool = False                                 # payload is the input list itself (stack 'none')
@@ -117,6 +121,8 @@ class Unwrapper:
             cls = _LAYERS.get(name)
             if cls is not None:
                 self.layers.append(cls(stack.param(i), self))
+        # a layer that unwraps a polars column of lines at once (``columnar``), or None
+        self.columnar = columnar_layer(stack.layers, stack.params)
 
     # services for the layers
     def phys(self, ln: int, sp: int) -> list[int]:
@@ -145,7 +151,17 @@ class Unwrapper:
         firsts = [p for p in (layer.pending_first() for layer in self.layers) if p is not None]
         return min(firsts) if firsts else None
 
-    def feed(self, lines: list[str], first_line: int, final: bool = False) -> Unwrapped:
+    def feed(self, lines: Any, first_line: int, final: bool = False) -> Unwrapped:
+        """The payload of the next lines (``lines``: a list of str, or a polars String Series: unwrapped as a
+        column where the stack's layer can be, with nothing held back from an earlier chunk)."""
+        if not isinstance(lines, list):
+            if self.columnar is not None and self.carried_from() is None:
+                got = unwrap_column(self.columnar, lines)
+                if got is not None:
+                    self._orig, self._orig_first = lines, first_line
+                    n = len(lines)
+                    return Unwrapped(got[0], list(range(first_line, first_line + n)), [1] * n, got[1], [])
+            lines = lines.to_list()
         n = len(lines)
         if not self.layers:         # 'none': the input itself, no per-line work
             return Unwrapped(lines, list(range(first_line, first_line + n)), [1] * n, [None] * n, [],

@@ -1,0 +1,81 @@
+"""The commonest collector prefixes stripped from a chunk's lines as one polars column: kubectl
+``--timestamps``, CRI pod files (a chunk without partial ``P`` lines), RFC 5424 syslog and journald's
+``short-iso``.
+
+The same payload text and collector times as those layers' per-line code (``collectors``), with no Python
+object per line: behind kubectl a large log spent a third of its parse on a regex match and a datetime per
+line.  The patterns are the layers' own, spelt for polars' regex engine (Rust): ``\\d``, ``\\s`` and ``\\S``
+as ASCII classes (Python reads them so under ``re.ASCII``; Rust's are Unicode), the same leftmost-first
+alternation, so a line matches, and is cut, where the layer's own pattern matches and cuts it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+
+_D = "[0-9]"
+_NOT_SPACE = r"[^\t\n\x0B\x0C\r ]"           # \S under re.ASCII
+_TAG = r"[^\t\n\x0B\x0C\r \[\]:]+(?:\[[0-9]+\])?:"    # a syslog tag: 'sglang[123]:'
+_ISO = (rf"(?P<base>{_D}{{4}}-{_D}{{2}}-{_D}{{2}}T{_D}{{2}}:{_D}{{2}}:{_D}{{2}})"
+        rf"(?:[.,](?P<frac>{_D}{{1,9}}))?")
+_ZONE = rf"(?P<zone>Z|z|[+-]{_D}{{2}}:?{_D}{{2}})"
+
+# layer name (and variant) -> the whole prefix as group ``pre``, the time's parts; CRI's tag as ``tag``
+PATTERNS = {
+    "kubectl": rf"^(?P<pre>(?:\[pod/[^\t\n\x0B\x0C\r \]]+\] )?{_ISO}{_ZONE}(?: |$))",
+    "cri": rf"^(?P<pre>{_ISO}{_ZONE} (?:stdout|stderr) (?P<tag>[PF])(?: |$))",
+    "syslog": (rf"^(?P<pre><{_D}{{1,3}}>1 (?:-|{_ISO}{_ZONE}?) {_NOT_SPACE}+ {_NOT_SPACE}+ {_NOT_SPACE}+ "
+               rf'{_NOT_SPACE}+ (?:-|(?:\[(?:[^\]\\"]|\\.|"(?:[^"\\]|\\.)*")*\])+)(?: \x{{FEFF}}?|$))'),
+    "journald": rf"^(?P<pre>{_ISO}{_ZONE} {_NOT_SPACE}+ {_TAG}(?: |$))",
+}
+# the variants of those layers read as a column (the others' times have no year: read line by line)
+VARIANTS = {"syslog": ("", "5424"), "journald": ("short-iso",)}
+
+
+def columnar_layer(layers: tuple[str, ...], params: tuple[str, ...]) -> str | None:
+    """The key of PATTERNS that unwraps this stack as a column: one layer of those, in one of its VARIANTS
+    (syslog's RFC 5424, journald's ``short-iso``), else None."""
+    if len(layers) != 1:
+        return None
+    name, param = layers[0], (params[0] if params else "")
+    if name not in PATTERNS or param not in VARIANTS.get(name, (param,)):
+        return None
+    return name
+
+
+def unwrap_column(key: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | None:
+    """(payload, collected time) of ``lines`` behind the ``key`` layer: a line without the prefix is kept
+    whole with no time; a time that is no valid date is none.  None when the column cannot be unwrapped
+    alone (a CRI line split into partial ``P`` parts: the layer rejoins them line by line)."""
+    import polars as pl
+
+    parts = lines.rename("line").to_frame().select(
+        pl.col("line"), pl.col("line").str.extract_groups(PATTERNS[key]).alias("m")).unnest("m")
+    if key == "cri" and (parts.get_column("tag") == "P").any():
+        return None
+    pre = pl.col("pre")
+    out = parts.select(
+        pl.when(pre.is_null()).then(pl.col("line")).otherwise(pl.col("line").str.slice(pre.str.len_chars()))
+        .alias("payload"),
+        _collected_time(pl.col("base"), pl.col("frac"), pl.col("zone")).alias("collected_ts"))
+    return out.get_column("payload").alias(lines.name), out.get_column("collected_ts")
+
+
+def _collected_time(base: Any, frac: Any, zone: Any) -> Any:
+    """``times._iso_ts`` as an expression: base + fraction (to the microsecond, truncated) as a naive time,
+    moved to UTC by the zone; null where ``datetime.fromisoformat`` refuses it or the move leaves its range."""
+    import polars as pl
+
+    # chrono reads second 60 (a leap second) and year 0; Python's datetime reads neither
+    valid = (base.str.slice(17, 2) != "60") & (base.str.slice(0, 4) != "0000")
+    t = pl.when(valid).then(base.str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False))
+    micro = frac.str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64).fill_null(0)
+    digits = zone.str.replace(":", "", literal=True)
+    minutes = digits.str.slice(1, 2).cast(pl.Int64) * 60 + digits.str.slice(3, 2).cast(pl.Int64)
+    east = pl.when(zone.is_in(["Z", "z"]) | zone.is_null()).then(0) \
+        .when(zone.str.starts_with("-")).then(-minutes).otherwise(minutes)
+    t = t + pl.duration(microseconds=micro) - pl.duration(minutes=east)
+    year = t.dt.year()
+    return pl.when((year >= 1) & (year <= 9999)).then(t)

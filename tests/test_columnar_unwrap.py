@@ -1,0 +1,150 @@
+"""Collector prefixes unwrapped as a column (readers/envelopes/columnar.py): the same payload text and
+collector times as each layer's line-by-line code, on any line (property), and the same rows through
+``ingest`` whichever way a wrapped log's chunks are unwrapped."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import LogWriter
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hangforensics.ingest.pipeline import ingest_paths
+from hangforensics.readers import logfile
+from hangforensics.readers.envelopes import columnar
+from hangforensics.readers.envelopes.unwrap import EnvelopeStack, Unwrapper
+from hangforensics.store import Store
+
+STACKS = {"kubectl": EnvelopeStack(("kubectl",), ("",)), "cri": EnvelopeStack(("cri",), ("",)),
+          "syslog": EnvelopeStack(("syslog",), ("5424",)), "journald": EnvelopeStack(("journald",), ("short-iso",))}
+
+
+def line_by_line(key: str, lines: list[str]) -> tuple[list[str], list[datetime | None]]:
+    u = Unwrapper(STACKS[key]).feed(list(lines), 1, final=True)
+    return u.payload, u.collected_ts
+
+
+def as_column(key: str, lines: list[str]) -> tuple[list[str], list[datetime | None]] | None:
+    got = columnar.unwrap_column(key, pl.Series(lines, dtype=pl.String))
+    return None if got is None else (got[0].to_list(), got[1].to_list())
+
+
+# -- lines near and far from each prefix: valid and invalid times, zones, fractions, glued or missing parts --
+digits = st.text("0123456789", min_size=1, max_size=10)
+two = st.sampled_from(["00", "01", "09", "12", "13", "23", "24", "29", "30", "31", "59", "60", "99"])
+year = st.sampled_from(["0000", "0001", "1999", "2026", "9999", "２０２６"])
+base = st.builds(lambda y, mo, d, h, mi, s, t: f"{y}-{mo}-{d}{t}{h}:{mi}:{s}",
+                 year, two, two, two, two, two, st.sampled_from(["T", "T", "T", " "]))
+frac = st.one_of(st.just(""), st.builds(lambda sep, d: sep + d, st.sampled_from([".", ","]), digits))
+zone = st.sampled_from(["Z", "z", "+00:00", "+0000", "+05:30", "-0130", "-12:00", "+14:00", "", "+5", "Zx"])
+text = st.text(st.sampled_from("ab é\t[]\"\\:-=-1 2ー\u00a0\ufeff"), max_size=12)
+stamp = st.builds(lambda b, f, z: b + f + z, base, frac, zone)
+sep = st.sampled_from([" ", " ", "", "x", "\t"])
+
+kubectl_line = st.one_of(
+    st.builds(lambda pod, t, s, p: pod + t + s + p,
+              st.sampled_from(["", "", "[pod/sglang-0/sglang] ", "[pod/a b] ", "[pod/x]"]), stamp, sep, text),
+    text)
+cri_line = st.one_of(
+    st.builds(lambda t, stream, tag, s, p: f"{t} {stream} {tag}{s}{p}", stamp,
+              st.sampled_from(["stdout", "stderr", "stdin"]), st.sampled_from(["F", "F", "X", "FF"]), sep, text),
+    text)
+sd = st.sampled_from(["-", "[a]", '[a b="c"]', '[a b="c\\"d"][e]', "[a", '[a b="]"]', "--"])
+syslog_line = st.one_of(
+    st.builds(lambda pri, t, host, s, d, b, p: f"<{pri}>1 {t}{host} app 12 ID {d}{s}{b}{p}",
+              st.sampled_from(["14", "0", "191", "1000", "x"]), st.one_of(stamp, st.just("-")),
+              st.sampled_from([" h100", "  h", " h\tx", ""]), sep, sd, st.sampled_from(["", "\ufeff"]), text),
+    text)
+journald_line = st.one_of(
+    st.builds(lambda t, host, tag, s, p: f"{t}{host} {tag}{s}{p}", stamp,
+              st.sampled_from([" h100", " h\tx", "", " a b"]),
+              st.sampled_from(["sglang[123]:", "python3:", "sglang[x]:", "a:b:", "[1]:", "s[1]"]), sep, text),
+    text)
+
+
+@pytest.mark.parametrize("key, lines", [("kubectl", kubectl_line), ("cri", cri_line), ("syslog", syslog_line),
+                                        ("journald", journald_line)])
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_property_a_column_unwraps_as_the_layer_does_line_by_line(key: str, lines: st.SearchStrategy[str],
+                                                                  data: st.DataObject) -> None:
+    got = data.draw(st.lists(lines, min_size=1, max_size=30))
+    assert as_column(key, got) == line_by_line(key, got)
+
+
+def test_zones_fractions_and_impossible_times_as_python_reads_them() -> None:
+    lines = ["2026-03-02T08:00:00.123456789Z a", "2026-03-02T08:00:00,5-0130 b", "2026-03-02T08:00:00.5+05:30 c",
+             "2026-02-30T08:00:00Z d", "2026-03-02T08:00:60Z e", "0001-01-01T00:30:00+01:00 f", "no prefix"]
+    payload, ts = as_column("kubectl", lines)           # type: ignore[misc]
+    assert payload == ["a", "b", "c", "d", "e", "f", "no prefix"]
+    assert ts == [datetime(2026, 3, 2, 8, 0, 0, 123456), datetime(2026, 3, 2, 9, 30, 0, 500000),
+                  datetime(2026, 3, 2, 2, 30, 0, 500000), None, None, None, None]
+    assert (payload, ts) == line_by_line("kubectl", lines)
+
+
+def test_a_cri_chunk_with_partial_lines_is_left_to_the_layer() -> None:
+    lines = ["2026-03-02T08:00:00Z stdout P first half, ", "2026-03-02T08:00:00Z stdout F second half"]
+    assert as_column("cri", lines) is None
+    assert as_column("cri", lines[1:]) == line_by_line("cri", lines[1:])
+    assert columnar.columnar_layer(("syslog",), ("3164",)) is None          # year-less times: line by line
+    assert columnar.columnar_layer(("compose", "kubectl"), ("", "")) is None
+    assert columnar.columnar_layer(("journald",), ("short",)) is None
+    assert columnar.columnar_layer(("kubectl",), ("",)) == "kubectl"
+
+
+# -- through ingest: the same rows whichever way the chunks are unwrapped --------------------------------------
+def wrapped_log(key: str) -> list[str]:
+    """A busy log with bare access lines (dated by their envelope), a stall's watchdog dump and lines no parser
+    takes, behind ``key``'s prefix in a zone east of UTC with fractions of a second."""
+    w = LogWriter(tp=2).startup().traffic(10, 160, ranks=("TP0", "TP1")).posts(12, 200).probes(15, 220)
+    w.watchdog(180, "TP0").watchdog(180, "TP1").raw("garbage that no parser takes")
+    t0 = w.t0 - timedelta(hours=8, minutes=30)
+    out = []
+    for i, s in enumerate(w.lines):
+        t = (t0 + timedelta(milliseconds=731 * i)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-2]
+        prefix = {"kubectl": f"{t}+05:30 ", "cri": f"{t}-01:00 stdout F ",
+                  "syslog": f"<14>1 {t}+05:30 h100 sglang 7 - - ", "journald": f"{t}+0530 h100 sglang[7]: "}[key]
+        out.append(s if i % 17 == 5 else prefix + s)        # a few lines without the prefix: kept whole
+    if key == "cri":                                        # a long line split in two parts: that chunk by line
+        out[40:41] = [out[40][:60].replace(" F ", " P ", 1), out[40][:35] + out[40][60:]]
+    return out
+
+
+def rows(db: Store) -> dict[str, list[tuple]]:
+    return {t: db.con.execute(f"SELECT * EXCLUDE (engine) FROM {t} ORDER BY ALL").fetchall()
+            for t in ("batches", "http_requests", "events", "stacks", "unparsed", "sources")
+            if t != "sources"} | {"sources": db.con.execute(
+                "SELECT path, envelope, parsed_lines, unparsed_lines, read_bytes, status, note FROM sources").fetchall()}
+
+
+@pytest.mark.parametrize("key", ["kubectl", "cri", "syslog", "journald"])
+def test_a_wrapped_log_gives_the_same_rows_as_a_column_or_line_by_line(key: str, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "eng"
+    folder.mkdir()
+    (folder / "server.log").write_text("\n".join(wrapped_log(key)) + "\n")
+    monkeypatch.setattr(logfile, "CHUNK_BYTES", 16 * 1024)            # many chunks, cut at record starts
+    monkeypatch.setattr("hangforensics.ingest.parse.CHUNK_BYTES", 16 * 1024)
+    seen: list[int] = []
+    real = columnar.unwrap_column
+
+    def counted(k: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | None:
+        seen.append(len(lines))
+        return real(k, lines)
+
+    monkeypatch.setattr("hangforensics.readers.envelopes.unwrap.unwrap_column", counted)
+    got = {}
+    for way in ("column", "line"):
+        if way == "line":
+            monkeypatch.setattr("hangforensics.readers.envelopes.unwrap.columnar_layer", lambda *a: None)
+        with Store(":memory:") as db:
+            ingest_paths(db, [folder], mode="engine")
+            got[way] = rows(db)
+    assert len(seen) > 3                                   # chunk by chunk, as a column
+    assert got["column"]["sources"][0][1] == key
+    assert sum(1 for r in got["column"]["http_requests"] if r[-1] is not None) > 20   # collected times kept
+    assert got["column"] == got["line"]
