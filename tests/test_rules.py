@@ -96,9 +96,10 @@ def test_watchdogs_in_the_same_second_mean_all_ranks_froze_at_last_progress(tmp_
     assert "first-rank-stopped" not in f and "idle-memory-leak" not in f
 
 
-def test_the_red_herring_quotes_the_last_decode_line_printed_whatever_the_rows_order(tmp_path, log: LogWriter):
-    # two Decode lines in the last second before the stall: the one printed last is "the last Decode line"
-    # (as the rows are stored: in the order the files loaded, which a fleet's parallel load varies)
+def test_the_red_herring_quotes_one_decode_line_of_its_second_whatever_the_rows_order(tmp_path, log: LogWriter):
+    # two Decode lines in the last second before the stall: the report quotes the first printed however the
+    # rows are stored (in the order the files loaded, which a fleet's parallel load varies: the join had two
+    # answers and gave one by that order)
     log.startup().traffic(10, 119).batch(120, running=5).batch(120, running=7).posts(122, 430)
     for r in range(4):
         log.watchdog(425, f"TP{r}")
@@ -109,7 +110,7 @@ def test_the_red_herring_quotes_the_last_decode_line_printed_whatever_the_rows_o
             st.con.execute(f"CREATE OR REPLACE TABLE t_batches AS SELECT * FROM t_batches ORDER BY line {order}")
             (herring,) = by_rule(run_rules(st))["busy-leak-report"]
             details.append(herring["detail"])
-    assert all("held 4900 tokens for 7 running requests" in d for d in details), details
+    assert all("held 3500 tokens for 5 running requests" in d for d in details), details
 
 
 def test_watchdogs_fire_at_their_dump_not_at_the_timeout_line_py_spy_delays(tmp_path, log: LogWriter):

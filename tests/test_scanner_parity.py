@@ -54,9 +54,9 @@ def _both_ways(paths: list[Path], tmp: Path, monkeypatch: pytest.MonkeyPatch,
     scanned: list[int] = []
     add = sglang_fast.ScanGroup.add
 
-    def counted(self: sglang_fast.ScanGroup, raw: bytes, first_line: int) -> tuple[list, list]:
+    def counted(self: sglang_fast.ScanGroup, raw: bytes, first_line: int, *timed: object) -> tuple[list, list]:
         scanned.append(len(raw))
-        return add(self, raw, first_line)
+        return add(self, raw, first_line, *timed)
 
     monkeypatch.setattr(sglang_fast.ScanGroup, "add", counted)
     got = []
@@ -177,6 +177,53 @@ def test_chunks_cut_anywhere_are_read_alike(tmp_path, monkeypatch: pytest.Monkey
     _assert_same(fast, general)
     assert len(fast["batches"]) > 100 and fast["unparsed"]
     assert any(str(r[2]).startswith("?") and str(r[2])[1:].isdigit() for r in fast["stacks"])   # thread_id
+
+
+# -- a log behind a collector's prefix: its payload through the scanner, with the envelope's times -------------
+def _wrapped(key: str, lines: list[str], r: random.Random) -> list[str]:
+    """``lines`` behind ``key``'s prefix (times east and west of UTC, fractions of a second); a few lines
+    without it (kept whole), and for CRI a line split in partial parts (its chunk is read line by line)."""
+    out = []
+    for i, s in enumerate(lines):
+        t = (_T0 + timedelta(milliseconds=357 * i)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:r.choice([26, 23, 21])]
+        prefix = {"kubectl": f"{t}+05:30 ", "cri": f"{t}-01:00 stderr F ", "syslog": f"<14>1 {t}Z h sglang 7 - - ",
+                  "journald": f"{t}+0100 h sglang[7]: "}[key]
+        if r.random() < 0.01:
+            out.append(s)
+        elif key == "cri" and i % 700 == 350 and len(s) > 20:
+            out += [f"{t}-01:00 stderr P {s[:10]}", f"{t}-01:00 stderr F {s[10:]}"]
+        else:
+            out.append(prefix + s + ("\r\r" if i == 1234 else ""))   # (a payload ending in CR: read line by line)
+    return out
+
+
+@pytest.mark.parametrize("key", ["kubectl", "cri", "syslog", "journald"])
+def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """The payload of a log behind kubectl, CRI, syslog or journald, unwrapped as a column, goes through the
+    scanner in the reader's chunks and groups: the same rows as the general parser's (bare access lines dated
+    by their envelope's time), the envelope's time on each, unparsed rows quoting the file's own lines,
+    envelope included."""
+    monkeypatch.setattr(parse, "CHUNK_BYTES", 8192)
+    monkeypatch.setattr(sglang_fast, "GROUP_BYTES", 64 * 1024)
+    monkeypatch.setattr(sglang_fast, "SLICE_LINES", 300)
+    r = random.Random(7)
+    log = tmp_path / "e" / "server.log"
+    log.parent.mkdir()
+    lines = _mixed_log(r, 2500)
+    # a stretch of several chunks without a batch or access line (each read by the general parser alone), of
+    # vLLM lines whose year comes from their envelope's time
+    lines[1200:1200] = [f"INFO {_vllm_stamp(i)} metrics.py:449] Avg prompt throughput: 0.0 tokens/s, Avg generation "
+                        f"throughput: {i}.5 tokens/s, Running: 1 reqs, Pending: 0 reqs" for i in range(400)]
+    log.write_text("\n".join(_wrapped(key, lines, r)) + "\n")
+    fast, general = _both_ways([log.parent], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    with duckdb.connect(str(tmp_path / "0.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT envelope FROM sources").fetchone()[0] == key
+        for table in ("t_batches", "t_http_requests"):
+            n, timed = con.execute(f"SELECT count(*), count(collected_ts) FROM {table}").fetchone()
+            assert n > 100 and timed > 0.95 * n, table
+        first = {"kubectl": "2026-", "cri": "2026-", "syslog": "<14>1 ", "journald": "2026-"}[key]
+        assert con.execute("SELECT count(*) FROM unparsed WHERE starts_with(text, ?)", [first]).fetchone()[0] > 5
 
 
 # -- the release traits in a later chunk's first records ------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The fast path of a plain SGLang log chunk: the compiled scanner (``sglang_scan``) takes the bulk (batch
-and access lines it reads with certainty), the general parser (``sglang_log.parse_chunk``) everything else.
+"""The fast path of a plain SGLang log chunk (or of the payload behind a collector's prefix, one payload line
+per physical line: ``ScanGroup``): the compiled scanner (``sglang_scan``) takes the bulk (batch and access
+lines it reads with certainty), the general parser (``sglang_log.parse_chunk``) everything else.
 
 The general parser sees every line that is not bulk, and every bulk line next to one (the first and the
 last of each run of bulk lines, and the chunk's first and last line).  That keeps what it derives from
@@ -130,7 +131,12 @@ class ScanGroup:
     them: the compiled scanner types each chunk's bulk lines as it comes (``add``), the general parser reads
     the other lines of the whole group at once (``flush``, or ``add`` once GROUP_BYTES have come).  Each
     returns the group's ``Parsed``: the bulk lines' tables as Arrow tables (their repeated text
-    dictionary-encoded), in line order with the general parser's rows."""
+    dictionary-encoded), in line order with the general parser's rows.
+
+    The payload of a log behind an envelope that leaves one payload line per physical line (a collector's
+    prefix, ``readers.envelopes.columnar``) is read so too, with the envelope's time of each line
+    (``collected``): as ``parse_chunk`` reads such a payload, the general parser's lines are read with theirs
+    and every row carries its line's (``collected_ts``)."""
 
     def __init__(self, ctx: FileContext, group_bytes: int | None = None) -> None:
         self.ctx = ctx
@@ -143,14 +149,17 @@ class ScanGroup:
         self.keep_lines: list[np.ndarray] = []
         self.first_line: int | None = None
         self.chunks: list[int] = []                         # the first line of each chunk of the group
+        self.collected: list[pl.Series] = []                # each chunk's envelope times (none: a plain log)
         self.last_dated = False                             # the last chunk's last line is a dated record start
         self.lines = self.bytes = 0
 
-    def add(self, raw: bytes, first_line: int) -> tuple[list[Parsed], list[Parsed]]:
+    def add(self, raw: bytes, first_line: int, collected: pl.Series | None = None
+            ) -> tuple[list[Parsed], list[Parsed]]:
         """Scan one chunk (the reader's, as the general path reads it); returns (before, done): ``before``
         the group so far, parsed when this chunk cannot join it (see the module's doc), and ``done`` the
         group with this chunk when it is full, or this chunk read by the general parser alone (where the
-        scanner cannot run, or it found no batch or access line in a chunk that starts a group)."""
+        scanner cannot run, or it found no batch or access line in a chunk that starts a group).
+        ``collected``: behind an envelope, its time of each line of ``raw``."""
         buf = np.frombuffer(raw, np.uint8)
         sc = scanner()
         text = _Text(sc, buf)
@@ -174,16 +183,18 @@ class ScanGroup:
         except Exception as e:              # noqa: BLE001 (compiling or caching failed: the general parser)
             if sc is not None:
                 _disable(e)
-            return self.flush(), [parse_chunk(_lines(raw), first_line, self.ctx)]
+            return self.flush(), [_alone(_lines(raw), first_line, self.ctx, collected)]
         before: list[Parsed] = []
         if self.first_line is None or not (self.last_dated and slices[0].first_dated):
             before = self.flush()
             if not any(s.bulk for s in slices):     # nothing for the scanner: the general path's own reading
                 lines = pl.from_arrow(keep_text)
                 assert isinstance(lines, pl.Series)
-                return before, [parse_chunk(lines, first_line, self.ctx)]
+                return before, [_alone(lines, first_line, self.ctx, collected)]
         self.keep_text.append(keep_text)
         self.keep_lines.append(line_of[keep])
+        if collected is not None:
+            self.collected.append(collected)
         for s in slices:
             s.chunk = len(self.chunks)
         self.slices += slices
@@ -202,14 +213,18 @@ class ScanGroup:
         keep = pl.from_arrow(pa.chunked_array(self.keep_text, pa.large_string()))
         assert isinstance(keep, pl.Series)
         record_ts = ctx.record_ts
-        out = parse_chunk(keep, self.first_line, ctx, line_numbers=np.concatenate(self.keep_lines).tolist(),
-                          whole=False)
+        keep_lines = np.concatenate(self.keep_lines)
+        collected = pl.concat(self.collected) if self.collected else None
+        out = parse_chunk(keep, self.first_line, ctx, line_numbers=keep_lines.tolist(), whole=False,
+                          collected_ts=None if collected is None else collected.gather(keep_lines - self.first_line))
         # the rows of every bulk line come from the scanner: the general parser's of those it saw are dropped
         seen = pl.Series(np.concatenate([s.seen for s in slices]))
         for table in ("batches", "http_requests"):
             rows = [s.tables[table] for s in slices if s.tables.get(table) is not None]
             if rows:
-                out.tables[table] = _in_line_order(out.tables.get(table), seen, _concat(rows))
+                bulk = _concat(rows) if collected is None else _with_collected(_concat(rows), collected,
+                                                                                self.first_line)
+                out.tables[table] = _in_line_order(out.tables.get(table), seen, bulk)
         assert out.starts is not None
         _chunk_facts(out.starts, ctx, out, slices, self.chunks)
         out.starts = None
@@ -217,6 +232,20 @@ class ScanGroup:
         out.lines = self.lines
         self._start()
         return [out]
+
+
+def _alone(lines: pl.Series, first_line: int, ctx: FileContext, collected: pl.Series | None) -> Parsed:
+    """A chunk read by the general parser alone (behind an envelope: with its time of each line)."""
+    if collected is None:
+        return parse_chunk(lines, first_line, ctx)
+    return parse_chunk(lines, first_line, ctx, list(range(first_line, first_line + len(lines))), collected)
+
+
+def _with_collected(rows: pa.Table, collected: pl.Series, first_line: int) -> pa.Table:
+    """Bulk rows with the envelope's time of their line (``collected``: of the group's lines from
+    ``first_line``)."""
+    at = pc.subtract(rows.column("line"), first_line)
+    return rows.append_column("collected_ts", collected.to_arrow().cast(pa.timestamp("us")).take(at))
 
 
 def _lines(raw: bytes) -> pl.Series:
