@@ -3,6 +3,7 @@
     python bench/generate.py big OUT.log --mb 200
     python bench/generate.py fleet OUT_DIR --engines 300 --mb-per-engine 1
     python bench/generate.py mixed OUT_DIR       # ~216 engines of every evidence kind, ~300 MB
+    python bench/generate.py wrap IN.log OUT.log --envelope kubectl   # a log as a collector hands it over
 
 Deterministic (seeded).  The big log is what a busy TP8 engine prints over
 hours: Prefill/Decode batch lines from TP0 (and, with --all-ranks, every
@@ -169,6 +170,26 @@ def write_mixed(out: Path, big_engines: int = 22, big_mb: float = 12.0) -> None:
         write_engine(out / f"big-{i:04d}", "stalled" if i % 10 == 3 else "healthy", big_mb, rng.randint(0, 10**9))
 
 
+# A collector's prefix of a line printed at ``t`` (UTC; the pod's clock is UTC+8), as each writes it.
+ENVELOPES = {
+    "kubectl": lambda t: t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z ",                    # kubectl --timestamps
+    "cri": lambda t: t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z stderr F ",                # a containerd pod file
+    "syslog": lambda t: "<14>1 " + t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z gpu-node-7 sglang 4242 - - ",
+}
+
+
+def write_wrapped(src: Path, out: Path, envelope: str) -> None:
+    """``src`` as a collector hands it over: every line behind ``envelope``'s prefix, timed 1 ms apart from
+    the log's start (a collector's clock, not the payload's)."""
+    prefix = ENVELOPES[envelope]
+    t = START - timedelta(hours=8)
+    step = timedelta(milliseconds=1)
+    with src.open(encoding="utf-8") as f, out.open("w", encoding="utf-8") as w:
+        for line in f:
+            w.write(prefix(t) + line)
+            t += step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -183,8 +204,14 @@ def main() -> None:
     f.add_argument("--mb-per-engine", type=float, default=1.0)
     m = sub.add_parser("mixed")
     m.add_argument("out", type=Path)
+    w = sub.add_parser("wrap")
+    w.add_argument("src", type=Path)
+    w.add_argument("out", type=Path)
+    w.add_argument("--envelope", choices=sorted(ENVELOPES), default="kubectl")
     a = ap.parse_args()
-    if a.what == "mixed":
+    if a.what == "wrap":
+        write_wrapped(a.src, a.out, a.envelope)
+    elif a.what == "mixed":
         write_mixed(a.out)
     elif a.what == "big":
         a.out.parent.mkdir(parents=True, exist_ok=True)

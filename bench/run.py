@@ -9,6 +9,7 @@
     python bench/run.py --sizes 445 --fleets "" --mixed       # a fleet of every evidence kind beside one log
     python bench/run.py --sizes 445 --fleets "" --mixed --fresh-copy   # ... and a copy of it made just before
     python bench/run.py --sizes 445 --fleets "" --other 0.03  # a log with 3 % other messages, as real ones
+    python bench/run.py --sizes 445 --fleets "" --envelopes kubectl,cri   # ... and that log behind collectors
 
 Ingest runs are paired with ``grep -c batch`` on the same file (page cache warm) and the medians reported,
 with the ratio's median; peak memory is given for the whole tree (the sum of RSS, which counts the pages of
@@ -108,6 +109,15 @@ def ensure_big(mb: int, other: float = 0.0) -> Path:
     if not path.exists():
         subprocess.run([sys.executable, str(HERE / "generate.py"), "big", str(path), "--mb", str(mb),
                         "--other", str(other)], check=True)
+    return path
+
+
+def ensure_wrapped(log: Path, envelope: str) -> Path:
+    """``log`` behind a collector's prefix (generate.py wrap)."""
+    path = log.with_name(f"{log.stem}.{envelope}.log")
+    if not path.exists():
+        subprocess.run([sys.executable, str(HERE / "generate.py"), "wrap", str(log), str(path), "--envelope",
+                        envelope], check=True)
     return path
 
 
@@ -212,6 +222,8 @@ def main() -> None:
     ap.add_argument("--executors", default="local", help="scan the first fleet with each of these executors "
                     "(local, ray); the others with the first")
     ap.add_argument("--runs", type=int, default=3, help="paired grep / ingest runs per size (medians reported)")
+    ap.add_argument("--envelopes", default="",
+                    help="also ingest each single log behind these collectors' prefixes (kubectl, cri, syslog)")
     ap.add_argument("--other", type=float, default=0.0,
                     help="share of the single logs' lines that are other messages, as a real server log holds "
                          "(generate.py big --other; 0: nearly all batch and access lines)")
@@ -221,8 +233,9 @@ def main() -> None:
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="hf-bench-"))
     try:
-        for mb in sizes:
-            log = ensure_big(mb, a.other)
+        logs = [(mb, ensure_big(mb, a.other), "") for mb in sizes]
+        logs += [(mb, ensure_wrapped(log, env), env) for mb, log, _ in list(logs) for env in a.envelopes.split(",") if env]
+        for mb, log, envelope in logs:
             real_mb = log.stat().st_size / 1e6
             db = tmp / f"ingest{mb}.duckdb"
             runs = []
@@ -232,9 +245,11 @@ def main() -> None:
                 runs.append((g, t, rss, LAST["largest"], LAST["cpu"], LAST["pss"]))
                 db.unlink()
             g, t, rss, largest, cpu, pss = (statistics.median(r[k] for r in runs) for k in range(6))
-            SINGLE.append(real_mb / t)
+            if not envelope:
+                SINGLE.append(real_mb / t)
             ratio = statistics.median(r[1] / r[0] for r in runs)
-            label = f"ingest {real_mb:.0f} MB log" + (f" ({100 * a.other:g} % other messages)" if a.other else "")
+            label = f"ingest {real_mb:.0f} MB log" + (f" ({100 * a.other:g} % other messages)" if a.other else "") \
+                + (f" behind {envelope}" if envelope else "")
             rows.append((label, t, rss,
                          f"{real_mb / t:.1f} MB/s; grep -c batch {g:.2f} s ({ratio:.1f}x grep, median of "
                          f"{len(runs)} paired: {', '.join(f'{r[1] / r[0]:.1f}' for r in runs)}); "
