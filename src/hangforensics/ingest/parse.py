@@ -101,17 +101,15 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     # it starts (its head, its first records).
     scan = column and _read_size(job) >= scan_min_bytes() and scanner() is not None
     group = ScanGroup(ctx) if scan else None
-    kept = None if plain or group is None else _FileLines()
     for chunk in iter_chunks(f.abs_path, job.start_offset, job.start_line, records=True, end_offset=job.end_offset,
                              notes=out.notes, hold_partial=job.hold_partial, record_start=reader.record_start(),
                              column=("raw" if scan and plain else column), chunk_bytes=CHUNK_BYTES):
         starts.append((chunk.first_line, max(out.read_bytes, out.notes.leading_nul_bytes)))
-        if group is not None and (chunk.raw is not None or kept is not None):
-            if kept is None:                                    # the scanner splits the bytes itself
+        if group is not None and (chunk.raw is not None or not plain):
+            if plain:                                           # the scanner splits the bytes itself
                 before, done = group.add(chunk.raw, chunk.first_line)
             else:                                               # the payload's, behind the envelope
-                before, done = _scan_payload(group, reader.feed(chunk.column, chunk.first_line), chunk.column,
-                                             kept, ctx)
+                before, done = _scan_payload(group, reader.feed(chunk.column, chunk.first_line), chunk.column, ctx)
             # the group before this chunk (it could not join it): a resume point where this chunk begins
             yield from _counted(before, ctx, out, reader.carried_from() is None)
         else:                                                   # (a group so far comes first)
@@ -121,7 +119,7 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
         next_line = chunk.first_line + chunk.count
         yield from _counted(done, ctx, out, reader.carried_from() is None)
     if group is not None:
-        yield from _counted(group.flush() if kept is None else kept.restore(group.flush()), ctx, out, True)
+        yield from _counted(group.flush(), ctx, out, True)
     held = hold_point(f.abs_path, reader, starts) if job.hold_partial and reader.can_hold() else None
     if held is not None:
         out.read_bytes = held
@@ -131,20 +129,14 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
         yield from _counted([_parse_payload(reader.feed([], next_line, final=True), ctx)], ctx, out, True)
 
 
-def _scan_payload(group: Any, pay: Payload, lines: Any, kept: _FileLines, ctx: Any) -> tuple[list[Any], list[Any]]:
+def _scan_payload(group: Any, pay: Payload, lines: Any, ctx: Any) -> tuple[list[Any], list[Any]]:
     """``ScanGroup.add`` of a chunk's payload behind an envelope unwrapped as a column (``lines``: the chunk's
     own), with the envelope's times; a chunk the envelope could not unwrap as a column (one payload line per
     physical line) is read by the general parser after the group so far.  Returns (before, done) as ``add``."""
     raw = _payload_bytes(pay)
     if raw is None:
-        before = kept.restore(group.flush())
-        kept.keep_from(None)
-        return before, [_parse_payload(pay, ctx)]
-    kept.add(pay.first_line, lines)
-    before, done = group.add(raw, pay.first_line, pay.collected_ts)
-    before, done = kept.restore(before), kept.restore(done)
-    kept.keep_from(group.first_line)
-    return before, done
+        return group.flush(), [_parse_payload(pay, ctx)]
+    return group.add(raw, pay.first_line, pay.collected_ts, lines)
 
 
 def _payload_bytes(pay: Payload) -> bytes | None:
@@ -157,35 +149,6 @@ def _payload_bytes(pay: Payload) -> bytes | None:
             or lines.str.ends_with("\r").any():
         return None
     return (lines.str.join("\n").item() + "\n").encode()
-
-
-class _FileLines:
-    """The file's own lines of the chunks a scan group holds behind an envelope: an unparsed row quotes its
-    physical line, envelope included (as ``Payload.unparsed`` does), not the payload the parser saw."""
-
-    def __init__(self) -> None:
-        self.firsts: list[int] = []
-        self.columns: list[Any] = []
-
-    def add(self, first_line: int, lines: Any) -> None:
-        self.firsts.append(first_line)
-        self.columns.append(lines)
-
-    def keep_from(self, line: int | None) -> None:
-        """Forget the chunks before the one holding ``line`` (None: every chunk)."""
-        while self.firsts and (line is None or (len(self.firsts) > 1 and self.firsts[1] <= line)):
-            self.firsts.pop(0)
-            self.columns.pop(0)
-
-    def restore(self, parsed: list[Any]) -> list[Any]:
-        import polars as pl
-
-        for p in parsed:
-            un = p.tables.get("unparsed")
-            if un is not None and un.height:
-                text = pl.concat(self.columns).gather(un.get_column("line") - self.firsts[0])
-                p.tables["unparsed"] = un.with_columns(text.alias("text"))
-        return parsed
 
 
 def _parse_payload(pay: Payload, ctx: Any) -> Any:

@@ -136,7 +136,8 @@ class ScanGroup:
     The payload of a log behind an envelope that leaves one payload line per physical line (a collector's
     prefix, ``readers.envelopes.columnar``) is read so too, with the envelope's time of each line
     (``collected``): as ``parse_chunk`` reads such a payload, the general parser's lines are read with theirs
-    and every row carries its line's (``collected_ts``)."""
+    and every row carries its line's (``collected_ts``); an unparsed row quotes the file's own line
+    (``original``, envelope included), kept for the general parser's lines only (no bulk line is unparsed)."""
 
     def __init__(self, ctx: FileContext, group_bytes: int | None = None) -> None:
         self.ctx = ctx
@@ -150,16 +151,18 @@ class ScanGroup:
         self.first_line: int | None = None
         self.chunks: list[int] = []                         # the first line of each chunk of the group
         self.collected: list[pl.Series] = []                # each chunk's envelope times (none: a plain log)
+        self.originals: list[pl.Series] = []                # ... and the file's own text of its kept lines
         self.last_dated = False                             # the last chunk's last line is a dated record start
         self.lines = self.bytes = 0
 
-    def add(self, raw: bytes, first_line: int, collected: pl.Series | None = None
+    def add(self, raw: bytes, first_line: int, collected: pl.Series | None = None, original: pl.Series | None = None
             ) -> tuple[list[Parsed], list[Parsed]]:
         """Scan one chunk (the reader's, as the general path reads it); returns (before, done): ``before``
         the group so far, parsed when this chunk cannot join it (see the module's doc), and ``done`` the
         group with this chunk when it is full, or this chunk read by the general parser alone (where the
         scanner cannot run, or it found no batch or access line in a chunk that starts a group).
-        ``collected``: behind an envelope, its time of each line of ``raw``."""
+        ``collected``, ``original``: behind an envelope, its time and the file's own text of each line of
+        ``raw`` (both or neither)."""
         buf = np.frombuffer(raw, np.uint8)
         sc = scanner()
         text = _Text(sc, buf)
@@ -183,18 +186,19 @@ class ScanGroup:
         except Exception as e:              # noqa: BLE001 (compiling or caching failed: the general parser)
             if sc is not None:
                 _disable(e)
-            return self.flush(), [_alone(_lines(raw), first_line, self.ctx, collected)]
+            return self.flush(), [_alone(_lines(raw), first_line, self.ctx, collected, original)]
         before: list[Parsed] = []
         if self.first_line is None or not (self.last_dated and slices[0].first_dated):
             before = self.flush()
             if not any(s.bulk for s in slices):     # nothing for the scanner: the general path's own reading
                 lines = pl.from_arrow(keep_text)
                 assert isinstance(lines, pl.Series)
-                return before, [_alone(lines, first_line, self.ctx, collected)]
+                return before, [_alone(lines, first_line, self.ctx, collected, original)]
         self.keep_text.append(keep_text)
         self.keep_lines.append(line_of[keep])
-        if collected is not None:
+        if collected is not None and original is not None:
             self.collected.append(collected)
+            self.originals.append(original.gather(keep))
         for s in slices:
             s.chunk = len(self.chunks)
         self.slices += slices
@@ -225,6 +229,8 @@ class ScanGroup:
                 bulk = _concat(rows) if collected is None else _with_collected(_concat(rows), collected,
                                                                                 self.first_line)
                 out.tables[table] = _in_line_order(out.tables.get(table), seen, bulk)
+        if self.originals:
+            _quote_originals(out, pl.concat(self.originals), keep_lines)
         assert out.starts is not None
         _chunk_facts(out.starts, ctx, out, slices, self.chunks)
         out.starts = None
@@ -234,11 +240,23 @@ class ScanGroup:
         return [out]
 
 
-def _alone(lines: pl.Series, first_line: int, ctx: FileContext, collected: pl.Series | None) -> Parsed:
-    """A chunk read by the general parser alone (behind an envelope: with its time of each line)."""
-    if collected is None:
+def _alone(lines: pl.Series, first_line: int, ctx: FileContext, collected: pl.Series | None,
+           original: pl.Series | None) -> Parsed:
+    """A chunk read by the general parser alone (behind an envelope: with its time and text of each line)."""
+    if collected is None or original is None:
         return parse_chunk(lines, first_line, ctx)
-    return parse_chunk(lines, first_line, ctx, list(range(first_line, first_line + len(lines))), collected)
+    out = parse_chunk(lines, first_line, ctx, list(range(first_line, first_line + len(lines))), collected)
+    _quote_originals(out, original, np.arange(first_line, first_line + len(lines)))
+    return out
+
+
+def _quote_originals(out: Parsed, original: pl.Series, lines: np.ndarray) -> None:
+    """The unparsed rows of ``out`` quoting the file's own text of their line (``original``: of ``lines``,
+    ascending), as an envelope's unparsed rows do (``Payload.unparsed``)."""
+    un = out.tables.get("unparsed")
+    if un is not None and un.height:
+        at = np.searchsorted(lines, un.get_column("line").to_numpy())
+        out.tables["unparsed"] = un.with_columns(original.gather(at).alias("text"))
 
 
 def _with_collected(rows: pa.Table, collected: pl.Series, first_line: int) -> pa.Table:
