@@ -13,6 +13,7 @@ from conftest import LogWriter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hangforensics.analysis.findings import run_rules
 from hangforensics.ingest.pipeline import ingest_paths
 from hangforensics.readers import logfile
 from hangforensics.readers.envelopes import columnar
@@ -148,3 +149,41 @@ def test_a_wrapped_log_gives_the_same_rows_as_a_column_or_line_by_line(key: str,
     assert got["column"]["sources"][0][1] == key
     assert sum(1 for r in got["column"]["http_requests"] if r[-1] is not None) > 20   # collected times kept
     assert got["column"] == got["line"]
+
+
+# -- a collector's own output ------------------------------------------------------------------------------------
+REAL = Path(__file__).parent / "data" / "real_envelopes"
+SOURCE = Path(__file__).parent / "data" / "stack_variants" / "fleet" / "bom3-qwq-32b-21" / "server.log"
+
+
+def _said(findings: list[dict]) -> list[tuple]:
+    return sorted((f["rule"], f["severity"], f["ts"], f["ts_end"], tuple(f["ranks"]), f["title"]) for f in findings)
+
+
+def test_rsyslogs_own_rfc5424_output_gives_the_findings_of_the_plain_log(tmp_path: Path) -> None:
+    """What rsyslogd wrote when fed a stalled engine's log (tests/data/real_envelopes/README.md): read as a
+    column behind its syslog prefix, the same findings as the log itself, and every line parsed."""
+    plain, wrapped = tmp_path / "plain", tmp_path / "wrapped"
+    for folder, log in ((plain, SOURCE), (wrapped, REAL / "rsyslog-5424" / "server.log")):
+        folder.mkdir()
+        (folder / "server.log").write_bytes(log.read_bytes())
+    seen: list[int] = []
+    real = columnar.unwrap_column
+
+    def counted(k: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | None:
+        seen.append(len(lines))
+        return real(k, lines)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("hangforensics.readers.envelopes.unwrap.unwrap_column", counted)
+        with Store(":memory:") as db:
+            ingest_paths(db, [wrapped], mode="engine")
+            (src,) = db.query("SELECT envelope, parsed_lines, unparsed_lines FROM sources")
+            got = _said(run_rules(db))
+    assert seen and src["envelope"] == "syslog"
+    with Store(":memory:") as db:
+        ingest_paths(db, [plain], mode="engine")
+        (plain_src,) = db.query("SELECT parsed_lines, unparsed_lines FROM sources")
+        want = _said(run_rules(db))
+    assert (src["parsed_lines"], src["unparsed_lines"]) == (plain_src["parsed_lines"], plain_src["unparsed_lines"])
+    assert len(want) >= 3 and got == want

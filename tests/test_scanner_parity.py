@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -254,6 +255,19 @@ def test_the_corpora_logs_behind_a_collectors_prefix_read_alike(tmp_path, monkey
     # (the others are no server log behind that envelope alone: a faulthandler dump, an nginx log, an empty
     # file, a log whose own process tags make a second layer)
     assert scanned > 0.7 * len(logs), f"the scanner read {scanned} of the {len(logs)} wrapped logs"
+
+
+def test_rsyslogs_own_output_reads_alike(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What rsyslogd itself wrote (RFC 5424, its structured data, blank messages: tests/data/real_envelopes),
+    in small chunks: the same rows through the scanner and the general parser."""
+    monkeypatch.setattr(parse, "CHUNK_BYTES", 16 * 1024)
+    folder = tmp_path / "e"
+    folder.mkdir()
+    shutil.copy(REPO / "tests" / "data" / "real_envelopes" / "rsyslog-5424" / "server.log", folder / "server.log")
+    (tmp_path / "db").mkdir()
+    fast, general = _both_ways([folder], tmp_path / "db", monkeypatch)
+    _assert_same(fast, general)
+    assert fast["batches"] and fast["stacks"] and all(r[-1] is not None for r in fast["batches"])
 
 
 # -- the release traits in a later chunk's first records ------------------------------------------------------
