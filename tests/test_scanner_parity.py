@@ -335,6 +335,43 @@ def test_a_generated_stalled_engine_is_read_alike(tmp_path, monkeypatch: pytest.
     assert [r[0] for r in general["sources"]] == ["0.5.10"]
 
 
+# -- a release printing milliseconds (SGLANG_LOG_MS=1): '[2026-09-01 12:00:00.123 PP1 TP4 EP4]' -----------------
+def test_a_log_printed_with_fractions_of_a_second_is_read_alike_and_by_the_scanner(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang 0.5.10 and later print milliseconds after the time when SGLANG_LOG_MS=1 (sglang-formats.md §1.1):
+    the scanner types those batch and access lines too (the general parser reads PREFIX_HEAD's
+    ``[.,]\\d{1,6}``), with the same rows, times to the microsecond; a fraction PREFIX_HEAD refuses (no digit,
+    seven digits) starts no record either way."""
+    r = random.Random(7)
+    lines = []
+    for k in range(3000):
+        t = (_T0 + timedelta(seconds=k // 3)).strftime("%Y-%m-%d %H:%M:%S")
+        frac = r.choice([".123", ".5", ",25", ".000001", ".999999", ".040"]) if k % 50 else r.choice([".", ".1234567"])
+        rank = r.choice(["", " TP0", " DP0 TP0 EP0", " PP1 TP4 EP4"])
+        lines.append(r.choice([
+            f"[{t}{frac}{rank}] Decode batch, #running-req: {r.randint(1, 40)}, #token: 8, token usage: 0.01, "
+            f"cuda graph: True, gen throughput (token/s): 1.5, #queue-req: 0",
+            f'[{t}{frac}] INFO:     10.0.0.{r.randint(1, 9)}:5000 - "POST /generate HTTP/1.1" 200 OK',
+            f"[{t}{frac}{rank}] Prefill batch, #new-seq: 1, #new-token: {r.randint(1, 3000)}, #cached-token: 0, "
+            f"token usage: 0.01, #running-req: 1, #queue-req: 0"]))
+    log = tmp_path / "e" / "server.log"
+    log.parent.mkdir()
+    log.write_text("\n".join(lines) + "\n")
+    general_read: list[int] = []
+    parse_chunk = sglang_fast.parse_chunk
+
+    def counted(texts, *args, **kw):         # the lines the scanner leaves to the general parser
+        general_read.append(len(texts))
+        return parse_chunk(texts, *args, **kw)
+
+    monkeypatch.setattr(sglang_fast, "parse_chunk", counted)
+    fast, general = _both_ways([log.parent], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    refused = sum(1 for line in lines if line.startswith("[") and (". " in line[:24] or "4567" in line[:30]))
+    assert 0 < sum(general_read) < 4 * refused + 10, (sum(general_read), refused)
+    micros = {row[2].microsecond for row in fast["batches"]} | {row[2].microsecond for row in fast["http_requests"]}
+    assert {123000, 500000, 250000, 1, 999999, 40000} <= micros
+
 # -- where the scanner runs ---------------------------------------------------------------------------------------
 def test_a_process_with_the_scanner_loaded_reads_every_plain_log_with_it() -> None:
     """Loading numba and the scanner's code costs about a second: a process that has not (the CLI reading a

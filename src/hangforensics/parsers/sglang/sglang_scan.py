@@ -163,6 +163,27 @@ def _micros(buf, p: int) -> int:
 
 
 @njit(inline="always")
+def _fraction(buf, p: int, end: int):
+    """(where the prefix goes on, microseconds) after the stamp, at ``p``: the fraction of a second a release
+    prints with ``SGLANG_LOG_MS=1`` ('.123'), as PREFIX_HEAD reads it: ``[.,]\\d{1,6}`` (its digits to the
+    microsecond); (p, 0) without one; (-1, 0) where the prefix cannot go on (no digit, or more than six)."""
+    if p >= end or (buf[p] != 46 and buf[p] != 44):
+        return p, 0
+    q = p + 1
+    v = 0
+    while q < end and q - p <= 7 and _digit(buf[q]):
+        v = v * 10 + (buf[q] - 48)
+        q += 1
+    n = q - p - 1
+    if n == 0 or n > 6 or q >= end:
+        return -1, 0
+    while n < 6:
+        v *= 10
+        n += 1
+    return q, v
+
+
+@njit(inline="always")
 def _word(buf, p: int, end: int, words) -> int:
     """Length of the first of ``words`` ('|'-separated) at ``p``, or 0."""
     a = 0
@@ -496,14 +517,18 @@ def _plain(buf, s: int, e: int, brackets, b: int, ascii_all: bool) -> bool:
 
 @njit(nogil=True)
 def _line(buf, s: int, e: int, row: int, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart) -> int:
-    if e - s < 22 or buf[s] != 91 or not _stamp(buf, s + 1, e) or (buf[s + 20] != 93 and buf[s + 20] != 32):
+    if e - s < 22 or buf[s] != 91 or not _stamp(buf, s + 1, e):
         return REST
-    close = _ranks_end(buf, s + 20, e)
+    p, frac = _fraction(buf, s + 20, e)
+    if p < 0 or (buf[p] != 93 and buf[p] != 32):
+        return REST
+    close = _ranks_end(buf, p, e)
     if close < 0:
         return REST
     us = _micros(buf, s + 1)
     if us < 0:
         return REST
+    us += frac
     ms = close + 1
     if ms < e and buf[ms] == 32:
         ms += 1
@@ -514,7 +539,7 @@ def _line(buf, s: int, e: int, row: int, ts, rank, ival, ist, fval, fst, graph, 
         return DATED
     ts[row] = us
     mstart[row] = ms
-    a, b = s + 20, close
+    a, b = p, close
     while a < b and buf[a] == 32:
         a += 1
     rank[row, 0], rank[row, 1] = a, b
