@@ -34,7 +34,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
                            capture_output=True, text=True, timeout=300)
         doc = json.loads(js.read_text()) if js.exists() else None
         with duckdb.connect(str(db), read_only=True) as con:
-            cols = ["path", "kind", "envelope", "lines", "parsed_lines", "unparsed_lines"]
+            cols = ["path", "kind", "envelope", "lines", "parsed_lines", "unparsed_lines", "note"]
             sources = [dict(zip(cols, r, strict=True)) for r in con.execute(f"SELECT {', '.join(cols)} FROM sources").fetchall()]
         out[name] = {"rc": p.returncode, "stderr": p.stderr, "doc": doc, "sources": sources}
     return out
@@ -67,6 +67,14 @@ def test_kinds_and_envelopes(reports: dict, name: str):
         assert got[f]["kind"] == kind, (f, got[f])
     for f, env in exp.get("envelope", {}).items():
         assert got[f]["envelope"] == env, (f, got[f])
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if "note_lacks" in _expected(n)])
+def test_what_the_sources_notes_do_not_say(reports: dict, name: str):
+    """A note that would mislead on this paste (``note_lacks``: text no source's note may hold)."""
+    for s in reports[name]["sources"]:
+        for text in _expected(name)["note_lacks"]:
+            assert text not in (s["note"] or ""), (s["path"], s["note"])
 
 
 def _matches(f: dict, want: dict) -> bool:

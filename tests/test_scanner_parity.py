@@ -372,6 +372,53 @@ def test_a_log_printed_with_fractions_of_a_second_is_read_alike_and_by_the_scann
     micros = {row[2].microsecond for row in fast["batches"]} | {row[2].microsecond for row in fast["http_requests"]}
     assert {123000, 500000, 250000, 1, 999999, 40000} <= micros
 
+# -- records relayed by Ray's log monitor: '(SGLangEngine pid=41820) [2026-03-22 13:53:37 TP0] Decode batch, ...' --
+def test_a_ray_actors_tag_is_part_of_the_prefix_read_alike_and_by_the_scanner(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's tag before an SGLang prefix is part of it (PREFIX_HEAD, sglang-formats.md §1.2): the record is
+    read as without the tag, through the scanner too, and no line counts as cut into by another process's
+    record (the tag was taken for the fragment of one).  A tag PREFIX_HEAD refuses (three words) is such a
+    fragment; one the scanner does not read alike (two 'pid=') is left to the general parser; a record cut
+    into after a tag still is one."""
+    r = random.Random(11)
+    common = ["(SGLangEngine pid=41820) ", "(SchedulerActor pid=7, ip=10.0.0.12) ", "(A_1 pid=3)", "(pid=5) ",
+              "(MegatronPolicyWorker[rank=8] pid=3294808, ip=10.109.19.209)   ", "(Two words pid=1) "]
+    odd = ["(A B C pid=1) ", "(x pid=1 pid=2) ", ""]
+    lines = []
+    for k in range(3000):
+        t = (_T0 + timedelta(seconds=k // 3)).strftime("%Y-%m-%d %H:%M:%S")
+        tag = r.choice(common) if k % 40 or k < 1000 else r.choice(odd)     # (the odd past the sniffed head)
+        rank = r.choice(["", " TP0", " DP0 TP0 EP0"])
+        lines.append(tag + r.choice([
+            f"[{t}{rank}] Decode batch, #running-req: {r.randint(1, 40)}, #token: 8, token usage: 0.01, "
+            f"cuda graph: True, gen throughput (token/s): 1.5, #queue-req: 0",
+            f'[{t}] INFO:     10.0.0.{r.randint(1, 9)}:5000 - "POST /generate HTTP/1.1" 200 OK',
+            f"[{t}{rank}] Prefill batch, #new-seq: 1, #new-token: {r.randint(1, 3000)}, #cached-token: 0, "
+            f"token usage: 0.01, #running-req: 1, #queue-req: 0"]))
+    lines[1501] = "(SGLangEngine pid=41820) " + lines[1501][lines[1501].index("["):][:40] \
+        + f"[{_stamp(500)} TP1] Decode batch, #running-req: 1, #token: 8"
+    log = tmp_path / "e" / "server.log"
+    log.parent.mkdir()
+    log.write_text("\n".join(lines) + "\n")
+    general_read: list[int] = []
+    parse_chunk = sglang_fast.parse_chunk
+
+    def counted(texts, *args, **kw):
+        general_read.append(len(texts))
+        return parse_chunk(texts, *args, **kw)
+
+    monkeypatch.setattr(sglang_fast, "parse_chunk", counted)
+    fast, general = _both_ways([log.parent], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    declined = sum(1 for line in lines if line.startswith(tuple(odd[:2]))) + 1
+    assert 0 < sum(general_read) < 4 * declined + 10, (sum(general_read), declined)
+    assert len(fast["batches"]) + len(fast["http_requests"]) == 3000
+    with duckdb.connect(str(tmp_path / "0.duckdb"), read_only=True) as con:
+        note = con.execute("SELECT note FROM sources").fetchall()[0][0] or ""
+    cut = sum(1 for line in lines if line.startswith(odd[0])) + 1
+    assert f"{cut} line(s) cut into by another process's record" in note, note
+
+
 # -- where the scanner runs ---------------------------------------------------------------------------------------
 def test_a_process_with_the_scanner_loaded_reads_every_plain_log_with_it() -> None:
     """Loading numba and the scanner's code costs about a second: a process that has not (the CLI reading a

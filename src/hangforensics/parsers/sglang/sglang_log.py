@@ -28,6 +28,7 @@ from .sglang_batches import batch_rows
 from .sglang_patterns import (
     ACCESS,
     ACCESS_HEAD,
+    ACTOR_TAG,
     BARE_LEAK,
     BARE_LEAK_WEAK,
     BARE_TRACEBACK,
@@ -39,6 +40,7 @@ from .sglang_patterns import (
     PREFIX_HEAD,
     RELEASE_ORDER,
     RELEASE_TRAITS,
+    TAGGED_HEAD,
     TORCH_WHAT,
     newest_release,
 )
@@ -183,16 +185,18 @@ _NON_PREFIXED_TABLE = KindTable(NON_PREFIXED_KINDS, None)
 
 _TEXT = pl.col("text")
 _BODY = pl.col("body")
+# the line as its own record starts: without the Ray actor's tag its prefix may start with (``_own``)
+_OWN = pl.col("own")
 # only a line with a '[' after its first character can hold another record's prefix
-_BRACKETS = _TEXT.str.count_matches("[", literal=True)
-_MAYBE_INNER = (_BRACKETS >= 2) | ((_BRACKETS == 1) & ~_TEXT.str.starts_with("["))
-_INNER = [_TEXT.str.extract(INTERLEAVED, 1).alias("_inner")]
+_BRACKETS = _OWN.str.count_matches("[", literal=True)
+_MAYBE_INNER = (_BRACKETS >= 2) | ((_BRACKETS == 1) & ~_OWN.str.starts_with("["))
+_INNER = [_OWN.str.extract(INTERLEAVED, 1).alias("_inner")]
 # INTERLEAVED's inner prefix after the first character (a literal-led search: cheap on a long line, where
 # INTERLEAVED's own search is not: a small chunk with such a line takes a larger one's way)
 LONG_LINE = 4096
-_INNER_PREFIX = _TEXT.str.slice(1).str.contains(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
-_CUT = [pl.col("_inner").is_not_null().alias("interleaved"), pl.coalesce(pl.col("_inner"), _TEXT).alias("body")]
-_NO_CUT = [pl.lit(False).alias("interleaved"), _TEXT.alias("body")]
+_INNER_PREFIX = _OWN.str.slice(1).str.contains(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+_CUT = [pl.col("_inner").is_not_null().alias("interleaved"), pl.coalesce(pl.col("_inner"), _OWN).alias("body")]
+_NO_CUT = [pl.lit(False).alias("interleaved"), _OWN.alias("body")]
 _CLOSE = _BODY.str.find("]", literal=True).alias("_close")
 _FAST = (_BODY.str.contains(_FAST_PREFIX) & pl.col("_close").is_not_null()).alias("_fast")
 _FAST_RANKS = pl.when(pl.col("_fast")).then(_BODY.str.slice(20, pl.col("_close") - 20)).alias("ranks")
@@ -220,6 +224,16 @@ _RARE = [(_BODY.str.contains(LEAK_MARKS[0], literal=True)
 _BLANK = [(_BODY.str.strip_chars() == "").alias("blank")]
 
 
+def _own(lines: pl.Series) -> pl.Series:
+    """Each line as its own record starts: a Ray actor's tag before a whole SGLang prefix left out (the tag is
+    part of the prefix, PREFIX_HEAD: not a fragment of a record another process's cut into).  The lines
+    themselves where none starts with one (a cheap test)."""
+    if not lines.str.starts_with("(").any():
+        return lines
+    return pl.select(pl.when(lines.str.contains(TAGGED_HEAD)).then(lines.str.replace(ACTOR_TAG, ""))
+                     .otherwise(lines)).to_series()
+
+
 def _maybe_inner(text: str | None) -> bool:
     """``_MAYBE_INNER`` of one line."""
     if text is None:
@@ -245,10 +259,11 @@ def _classify(texts: list[str] | pl.Series, head_what: bool = False, first_line:
     envelope time (``collected_ts``).  ``files``: each line's file (``_FILE``), the lines of several files one
     after the other: each file has its own head (the lines before its first record), as if classified alone."""
     col = texts if isinstance(texts, pl.Series) else pl.Series(texts, dtype=pl.String)
-    df = pl.DataFrame({"text": col.rename("text")}).with_row_index("i")
+    own = _own(col)
+    df = pl.DataFrame({"text": col.rename("text"), "own": own.rename("own")}).with_row_index("i")
     if files is not None:
         df = df.with_columns(pl.Series(_FILE, files, dtype=pl.Int32))
-    maybe = [len(t) for t in col.to_list() if _maybe_inner(t)] if df.height <= SMALL_ROWS else None
+    maybe = [len(t) for t in own.to_list() if _maybe_inner(t)] if df.height <= SMALL_ROWS else None
     if maybe is None or max(maybe, default=0) > LONG_LINE:
         inner = _on_rows(df, _MAYBE_INNER, _INNER, pl.String, _INNER_PREFIX)
     elif maybe:
@@ -256,8 +271,8 @@ def _classify(texts: list[str] | pl.Series, head_what: bool = False, first_line:
     else:
         inner = None
     # (no line that can hold another record's prefix: none is cut)
-    lf = df.lazy().with_columns(_NO_CUT) if inner is None else \
-        df.lazy().with_columns(*inner).with_columns(_CUT).drop("_inner")
+    lf = df.lazy().with_columns(_NO_CUT).drop("own") if inner is None else \
+        df.lazy().with_columns(*inner).with_columns(_CUT).drop("_inner", "own")
     df = _collect(lf.with_columns(_CLOSE).with_columns(_FAST).with_columns(_FAST_RANKS))
     df = _prefix(df)
     kind = _kinds(df)

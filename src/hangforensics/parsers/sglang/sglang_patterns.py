@@ -110,16 +110,22 @@ def newest_release(*releases: str | None) -> str | None:
     return min(known, key=RELEASE_ORDER.index) if known else None
 
 
+# A Ray process's tag before a record its log monitor relays ('(SGLangEngine pid=41820) [2026-03-22 ...'):
+# part of the record's prefix (sglang-formats.md §1.2), not a fragment of another record cut into.  Ray's
+# tags as the proc_tag envelope reads them ('(pid=4121)', '(SchedulerActor pid=7, ip=10.0.0.12)',
+# '(MegatronPolicyWorker[rank=8] pid=3294808, ip=10.109.19.209)'), which leaves them to this prefix before
+# an SGLang record.
+_ACTOR = r"\((?:[\w.:\[\]=-]+(?: [\w.:\[\]=-]+)? )?pid=\d+(?:, ip=[\w.:-]+)?\)\s*"
+_STAMP_RANKS = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\]"
 # The prefix without its message: validated by one anchored regex (cheap: it fails at the first byte of
 # most non-prefixed lines), while the message is cut with a literal find, not a capture of '.*'.
-PREFIX_HEAD = (
-    r"^(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?"
-    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\]"
-)
+PREFIX_HEAD = f"^(?:{_ACTOR})?{_STAMP_RANKS}"
+ACTOR_TAG = f"^{_ACTOR}"
+TAGGED_HEAD = f"^{_ACTOR}{_STAMP_RANKS}"           # a prefix that starts with an actor's tag
 # Two processes writing one file at once: a line cut into by another record's full line.  The last
 # prefix on the line starts the complete record; the fragment before it is noted, not parsed.
 INTERLEAVED = (
-    r"^.+?((?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?"
+    rf"^.+?((?:{_ACTOR})?\[\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{{1,6}})?"
     r"(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*\] .*)$"
 )
 ACCESS_HEAD = r"^(?:INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL):\s+\S* - \""

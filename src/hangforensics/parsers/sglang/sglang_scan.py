@@ -184,6 +184,60 @@ def _fraction(buf, p: int, end: int):
 
 
 @njit(inline="always")
+def _tag_char(c: int) -> bool:
+    """A character of a word of a Ray tag's name: ``[\\w.:\\[\\]=-]`` (ASCII)."""
+    return (_digit(c) | ((c >= 65) & (c <= 90)) | ((c >= 97) & (c <= 122)) | (c == 95) | (c == 46) | (c == 58)
+            | (c == 91) | (c == 93) | (c == 61) | (c == 45))
+
+
+@njit(inline="always")
+def _pid_at(buf, p: int, end: int) -> bool:
+    return p + 4 < end and buf[p] == 112 and buf[p + 1] == 105 and buf[p + 2] == 100 and buf[p + 3] == 61
+
+
+@njit(inline="always")
+def _actor_end(buf, s: int, end: int) -> int:
+    """Where the prefix goes on after the Ray process's tag at ``s``, as PREFIX_HEAD reads one:
+    ``\\((?:W(?: W)? )?pid=\\d+(?:, ip=[\\w.:-]+)?\\)\\s*`` (W: ``[\\w.:\\[\\]=-]+``; ASCII, as every line the
+    scanner reads); ``s`` where there is none, or where the tag reads otherwise than as its first 'pid=' after
+    at most two words says (the general parser then reads the line)."""
+    p = s + 1
+    words = 0
+    while not _pid_at(buf, p, end):
+        if words == 2:
+            return s
+        q = p
+        while p < end and _tag_char(buf[p]):
+            p += 1
+        if p == q or p >= end or buf[p] != 32:
+            return s
+        p += 1
+        words += 1
+    p += 4
+    q = p
+    while p < end and _digit(buf[p]):
+        p += 1
+    if p == q or p >= end:
+        return s
+    if buf[p] == 44:                                            # ', ip=' and the address
+        if not (p + 5 < end and buf[p + 1] == 32 and buf[p + 2] == 105 and buf[p + 3] == 112 and buf[p + 4] == 61):
+            return s
+        p += 5
+        q = p
+        while p < end and (_digit(buf[p]) | ((buf[p] >= 65) & (buf[p] <= 90)) | ((buf[p] >= 97) & (buf[p] <= 122))
+                           | (buf[p] == 95) | (buf[p] == 46) | (buf[p] == 58) | (buf[p] == 45)):
+            p += 1
+        if p == q or p >= end:
+            return s
+    if buf[p] != 41:                                            # ')'
+        return s
+    p += 1
+    while p < end and _space(buf[p]):
+        p += 1
+    return p
+
+
+@njit(inline="always")
 def _word(buf, p: int, end: int, words) -> int:
     """Length of the first of ``words`` ('|'-separated) at ``p``, or 0."""
     a = 0
@@ -464,6 +518,8 @@ def scan(buf, starts, ends, brackets, ascii_all):
     b = 0
     for row in range(n):
         s, e = starts[row], ends[row]
+        if buf[s] == 40:                        # '(': a Ray actor's tag may lead the prefix
+            s = _actor_end(buf, s, e)
         while b < len(brackets) and brackets[b] <= s:
             b += 1
         if _plain(buf, s, e, brackets, b, ascii_all):

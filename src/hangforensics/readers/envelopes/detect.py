@@ -420,7 +420,7 @@ def _plain_records(lines: list[str]) -> bool:
                                for s in lines if s.strip())
 
 
-_TAG_READERS = re.compile(r"\[\d{4}-\d\d-\d\d |(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d ", re.ASCII)
+_TAG_READERS = re.compile(r"\s*(?:\[\d{4}-\d\d-\d\d |(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d )", re.ASCII)
 
 
 def _foreign_tag(s: str) -> bool:

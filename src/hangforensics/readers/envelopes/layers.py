@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 # -- payload record heads (sglang-formats.md §1, §8.1, §9.1) ----------------------------------------
 # A line that starts a payload record: SGLang prefix, torch glog, vLLM.  Chunks are cut before one.
-PAYLOAD_HEAD = (r"(?:\([\w .=-]*pid=\d+[^)\n]*\)\s*)?"     # vLLM's tags: '(VllmWorker TP1 pid=N)', '(pid=N)'
+# vLLM's tags: '(VllmWorker TP1 pid=N)', '(pid=N)'; Ray's: '(MegatronPolicyWorker[rank=8] pid=N, ip=...)'
+PAYLOAD_HEAD = (r"(?:\([\w .=:\[\]-]*pid=\d+[^)\n]*\)\s*)?"
                 r"(?:\[(?:\d{4}-\d\d-\d\d |rank\d+\]:\[|[IWEF]\d{3,4} |[IWEF] \w+\.\w+:\d+\] )"
                 r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d )")
 
