@@ -21,7 +21,8 @@ from hangforensics.readers.envelopes.unwrap import EnvelopeStack, Unwrapper
 from hangforensics.store import Store
 
 STACKS = {"kubectl": EnvelopeStack(("kubectl",), ("",)), "cri": EnvelopeStack(("cri",), ("",)),
-          "syslog": EnvelopeStack(("syslog",), ("5424",)), "journald": EnvelopeStack(("journald",), ("short-iso",))}
+          "syslog": EnvelopeStack(("syslog",), ("5424",)), "journald": EnvelopeStack(("journald",), ("short-iso",)),
+          "proc_tag": EnvelopeStack(("proc_tag",), ("",))}
 
 
 def line_by_line(key: str, lines: list[str]) -> tuple[list[str], list[datetime | None]]:
@@ -66,9 +67,23 @@ journald_line = st.one_of(
               st.sampled_from(["sglang[123]:", "python3:", "sglang[x]:", "a:b:", "[1]:", "s[1]"]), sep, text),
     text)
 
+# Ray's and launchers' process tags, whole, glued, in colour escapes that lost their ESC, before vLLM records
+# (which keep them) and anything else
+tag_name = st.sampled_from(["", "RayWorkerWrapper ", "MegatronPolicyWorker[rank=8] ", "Two words ", "a b c ",
+                            "é ", "x:y.z-1 ", "(", ")"])
+tag_ip = st.sampled_from(["", ", ip=10.1.2.3", ", ip=host-a.b:1", ", ip=", ",ip=1"])
+colour = st.sampled_from(["", "[36m", "\x1b[36m", " [36m", " \x1b[1;36m", "[999m"])
+after = st.sampled_from(["", " ", "  ", "[0m ", " \x1b[0m ", "x"])
+record = st.one_of(text, st.builds(lambda lvl, rest: f"{lvl} 09-01 12:00:05 [x.py:1] {rest}",
+                                   st.sampled_from(["INFO", "WARNING", "TRACE", "INFO:"]), text))
+proc_tag_line = st.one_of(
+    st.builds(lambda c, n, pid, ip, a, r: f"{c}({n}pid={pid}{ip}){a}{r}", colour, tag_name,
+              st.sampled_from(["1", "4009", "", "x"]), tag_ip, after, record),
+    text)
+
 
 @pytest.mark.parametrize("key, lines", [("kubectl", kubectl_line), ("cri", cri_line), ("syslog", syslog_line),
-                                        ("journald", journald_line)])
+                                        ("journald", journald_line), ("proc_tag", proc_tag_line)])
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_property_a_column_unwraps_as_the_layer_does_line_by_line(key: str, lines: st.SearchStrategy[str],

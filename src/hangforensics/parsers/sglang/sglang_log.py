@@ -181,7 +181,7 @@ def _scatter(name: str, height: int, where: pl.Series, values: pl.Series, dtype:
 
 
 _MESSAGE_TABLE = KindTable(MESSAGE_KINDS, "log")
-_NON_PREFIXED_TABLE = KindTable(NON_PREFIXED_KINDS, None)
+_NON_PREFIXED_TABLE = KindTable(NON_PREFIXED_KINDS, None, common="access")
 
 _TEXT = pl.col("text")
 _BODY = pl.col("body")

@@ -1,6 +1,6 @@
 """The commonest collector prefixes stripped from a chunk's lines as one polars column: kubectl
-``--timestamps``, CRI pod files (a chunk without partial ``P`` lines), RFC 5424 syslog and journald's
-``short-iso``.
+``--timestamps``, CRI pod files (a chunk without partial ``P`` lines), RFC 5424 syslog, journald's
+``short-iso`` and a process's tag (Ray's, a launcher's: a vLLM log relayed by Ray carries one on every line).
 
 The same payload text and collector times as those layers' per-line code (``collectors``), with no Python
 object per line: behind kubectl a large log spent a third of its parse on a regex match and a datetime per
@@ -33,6 +33,16 @@ PATTERNS = {
 # the variants of those layers read as a column (the others' times have no year: read line by line)
 VARIANTS = {"syslog": ("", "5424"), "journald": ("short-iso",)}
 
+# A process tag (``pastes.PROC_TAG``: Ray, launchers), a prefix without a time: stripped, but before a vLLM
+# record, which keeps it (its parser reads the worker's rank there) without a lost colour escape's remnants.
+_W = "[0-9A-Za-z_]"                                  # \w under re.ASCII
+_NAME = rf"(?:{_W}|[.:\[\]=-])+"
+_REMNANT = r" ?\x1B?\[[0-9]{1,3}(?:;[0-9]{1,3})*m"
+PROC_TAG = (rf"^(?P<pre>(?:{_REMNANT})?\((?:{_NAME}(?: {_NAME})? )?pid=[0-9]+(?:, ip=(?:{_W}|[.:-])+)?\)"
+            r"(?: ?\x1B?\[0m)?(?: |$))")
+_VLLM_RECORD = "^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
+UNTIMED = {"proc_tag": PROC_TAG}
+
 
 def columnar_layer(layers: tuple[str, ...], params: tuple[str, ...]) -> str | None:
     """The key of PATTERNS that unwraps this stack as a column: one layer of those, in one of its VARIANTS
@@ -40,6 +50,8 @@ def columnar_layer(layers: tuple[str, ...], params: tuple[str, ...]) -> str | No
     if len(layers) != 1:
         return None
     name, param = layers[0], (params[0] if params else "")
+    if name in UNTIMED and not param:
+        return name
     if name not in PATTERNS or param not in VARIANTS.get(name, (param,)):
         return None
     return name
@@ -51,6 +63,8 @@ def unwrap_column(key: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | N
     alone (a CRI line split into partial ``P`` parts: the layer rejoins them line by line)."""
     import polars as pl
 
+    if key in UNTIMED:
+        return _untagged(lines), pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True)
     parts = lines.rename("line").to_frame().select(
         pl.col("line"), pl.col("line").str.extract_groups(PATTERNS[key]).alias("m")).unnest("m")
     if key == "cri" and (parts.get_column("tag") == "P").any():
@@ -61,6 +75,23 @@ def unwrap_column(key: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | N
         .alias("payload"),
         _collected_time(pl.col("base"), pl.col("frac"), pl.col("zone")).alias("collected_ts"))
     return out.get_column("payload").alias(lines.name), out.get_column("collected_ts")
+
+
+def _untagged(lines: pl.Series) -> pl.Series:
+    """``lines`` without the process tag before them (``pastes._ProcTag``): one before a vLLM record is kept,
+    rid of a lost colour escape's remnants."""
+    import polars as pl
+
+    line, pre = pl.col("line"), pl.col("pre")
+    rest = line.str.slice(pre.str.len_chars())
+    out = lines.rename("line").to_frame().select(
+        line, line.str.extract(PROC_TAG, 1).alias("pre")).select(
+        pl.when(pre.is_null()).then(line)
+        .when(rest.str.contains(_VLLM_RECORD))
+        .then(pl.when(pre.str.contains(_REMNANT))
+              .then(pre.str.replace_all(_REMNANT, "").str.strip_chars() + pl.lit(" ") + rest).otherwise(line))
+        .otherwise(rest).alias("payload"))
+    return out.get_column("payload").alias(lines.name)
 
 
 def _collected_time(base: Any, frac: Any, zone: Any) -> Any:
