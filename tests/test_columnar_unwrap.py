@@ -22,7 +22,8 @@ from hangforensics.store import Store
 
 STACKS = {"kubectl": EnvelopeStack(("kubectl",), ("",)), "cri": EnvelopeStack(("cri",), ("",)),
           "syslog": EnvelopeStack(("syslog",), ("5424",)), "journald": EnvelopeStack(("journald",), ("short-iso",)),
-          "proc_tag": EnvelopeStack(("proc_tag",), ("",))}
+          "proc_tag": EnvelopeStack(("proc_tag",), ("",)), "compose": EnvelopeStack(("compose",), ("",)),
+          "ansi": EnvelopeStack(("ansi",), ("",))}
 
 
 def line_by_line(key: str, lines: list[str]) -> tuple[list[str], list[datetime | None]]:
@@ -81,9 +82,22 @@ proc_tag_line = st.one_of(
               st.sampled_from(["1", "4009", "", "x"]), tag_ip, after, record),
     text)
 
+# docker compose's service column: names of any length and character, padding, the bar glued or alone
+compose_line = st.one_of(
+    st.builds(lambda n, pad, bar, p: f"{n}{pad}{bar}{p}",
+              st.one_of(st.sampled_from(["sglang-1", "a.b_c-2", "é", "x" * 80, "x" * 81, "", "a b"]), text),
+              st.sampled_from(["", " ", "   "]), st.sampled_from(["| ", "|", "|x", " | ", "||"]), text),
+    text)
+# a terminal's escapes (CSI, OSC ended by BEL or ST or not at all, charsets, two-byte, a lone ESC) and redraws
+escape = st.sampled_from(["\x1b[32m", "\x1b[0m", "\x1b[1;36m", "\x1b[?25l", "\x1b[2K", "\x1b]0;title\x07",
+                          "\x1b]8;;http://x\x1b\\", "\x1b]open", "\x1b(B", "\x1bM", "\x1b", "\x1b[", "\r", "\r\r",
+                          "[32m"])
+ansi_line = st.lists(st.one_of(escape, text), max_size=6).map("".join)
+
 
 @pytest.mark.parametrize("key, lines", [("kubectl", kubectl_line), ("cri", cri_line), ("syslog", syslog_line),
-                                        ("journald", journald_line), ("proc_tag", proc_tag_line)])
+                                        ("journald", journald_line), ("proc_tag", proc_tag_line),
+                                        ("compose", compose_line), ("ansi", ansi_line)])
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_property_a_column_unwraps_as_the_layer_does_line_by_line(key: str, lines: st.SearchStrategy[str],

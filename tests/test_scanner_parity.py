@@ -192,7 +192,11 @@ def _wrapped(key: str, lines: list[str], r: random.Random, split: bool = True) -
     for i, s in enumerate(lines):
         t = (_T0 + timedelta(milliseconds=357 * i)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:r.choice([26, 23, 21])]
         prefix = {"kubectl": f"{t}+05:30 ", "cri": f"{t}-01:00 stderr F ", "syslog": f"<14>1 {t}Z h sglang 7 - - ",
-                  "journald": f"{t}+0100 h sglang[7]: "}[key]
+                  "journald": f"{t}+0100 h sglang[7]: ", "proc_tag": "(SGLangEngine pid=7) ", "compose": "sglang-1  | ",
+                  "ansi": ""}[key]
+        if key == "ansi":           # a colour around the start of some lines, a redraw in a few
+            k = r.randint(0, 8)
+            s = r.choice(["", "\x1b[32m" + s[:k] + "\x1b[0m" + s[k:], "\x1b[1;36m" + s, "junk\r" + s])
         if r.random() < 0.01:
             out.append(s)
         elif split and key == "cri" and i % 700 == 350 and len(s) > 20:
@@ -202,12 +206,13 @@ def _wrapped(key: str, lines: list[str], r: random.Random, split: bool = True) -
     return out
 
 
-@pytest.mark.parametrize("key", ["kubectl", "cri", "syslog", "journald"])
+@pytest.mark.parametrize("key", ["kubectl", "cri", "syslog", "journald", "proc_tag", "compose", "ansi"])
 def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
-    """The payload of a log behind kubectl, CRI, syslog or journald, unwrapped as a column, goes through the
+    """The payload of a log behind kubectl, CRI, syslog or journald (with their times), or a process tag,
+    docker compose's column or a terminal's colours (without), unwrapped as a column, goes through the
     scanner in the reader's chunks and groups: the same rows as the general parser's (bare access lines dated
-    by their envelope's time), the envelope's time on each, unparsed rows quoting the file's own lines,
-    envelope included."""
+    by their envelope's time where it has one), the envelope's time on each, unparsed rows quoting the file's
+    own lines, envelope included."""
     monkeypatch.setattr(parse, "CHUNK_BYTES", 8192)
     monkeypatch.setattr(sglang_fast, "GROUP_BYTES", 64 * 1024)
     monkeypatch.setattr(sglang_fast, "SLICE_LINES", 300)
@@ -224,16 +229,18 @@ def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: p
     _assert_same(fast, general)
     with duckdb.connect(str(tmp_path / "0.duckdb"), read_only=True) as con:
         assert con.execute("SELECT envelope FROM sources").fetchone()[0] == key
+        untimed = key in ("proc_tag", "compose", "ansi")
         for table in ("t_batches", "t_http_requests"):
             n, timed = con.execute(f"SELECT count(*), count(collected_ts) FROM {table}").fetchone()
-            assert n > 100 and timed > 0.95 * n, table
-        first = {"kubectl": "2026-", "cri": "2026-", "syslog": "<14>1 ", "journald": "2026-"}[key]
+            assert n > 100 and (timed == 0 if untimed else timed > 0.95 * n), table
+        first = {"kubectl": "2026-", "cri": "2026-", "syslog": "<14>1 ", "journald": "2026-",
+                 "proc_tag": "(SGLangEngine pid=7) ", "compose": "sglang-1  | ", "ansi": "\x1b["}[key]
         assert con.execute("SELECT count(*) FROM unparsed WHERE starts_with(text, ?)", [first]).fetchone()[0] > 5
 
 
 def test_the_corpora_logs_behind_a_collectors_prefix_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every plain log of the test corpora (SGLang releases and variants, vLLM, torch jobs, hostile files) behind
-    one of the four prefixes in turn: through the scanner and through the general parser, the same rows in
+    one of the seven envelopes in turn: through the scanner and through the general parser, the same rows in
     every table."""
     from hangforensics.readers.payload import head_lines, sniff
 
@@ -243,7 +250,7 @@ def test_the_corpora_logs_behind_a_collectors_prefix_read_alike(tmp_path, monkey
     r = random.Random(11)
     scanned = 0
     for k, log in enumerate(logs):
-        key = ("kubectl", "cri", "syslog", "journald")[k % 4]
+        key = ("kubectl", "cri", "syslog", "journald", "proc_tag", "compose", "ansi")[k % 7]
         folder = tmp_path / f"e{k}"
         folder.mkdir()
         lines = log.read_bytes().decode("utf-8", "replace").split("\n")

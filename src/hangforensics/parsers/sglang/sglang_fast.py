@@ -161,8 +161,8 @@ class ScanGroup:
         the group so far, parsed when this chunk cannot join it (see the module's doc), and ``done`` the
         group with this chunk when it is full, or this chunk read by the general parser alone (where the
         scanner cannot run, or it found no batch or access line in a chunk that starts a group).
-        ``collected``, ``original``: behind an envelope, its time and the file's own text of each line of
-        ``raw`` (both or neither)."""
+        ``collected``, ``original``: behind an envelope, its time (an envelope without times: none) and the
+        file's own text of each line of ``raw``."""
         buf = np.frombuffer(raw, np.uint8)
         sc = scanner()
         text = _Text(sc, buf)
@@ -196,8 +196,9 @@ class ScanGroup:
                 return before, [_alone(lines, first_line, self.ctx, collected, original)]
         self.keep_text.append(keep_text)
         self.keep_lines.append(line_of[keep])
-        if collected is not None and original is not None:
+        if collected is not None:
             self.collected.append(collected)
+        if original is not None:
             self.originals.append(original.gather(keep))
         for s in slices:
             s.chunk = len(self.chunks)
@@ -242,8 +243,9 @@ class ScanGroup:
 
 def _alone(lines: pl.Series, first_line: int, ctx: FileContext, collected: pl.Series | None,
            original: pl.Series | None) -> Parsed:
-    """A chunk read by the general parser alone (behind an envelope: with its time and text of each line)."""
-    if collected is None or original is None:
+    """A chunk read by the general parser alone (behind an envelope: with its text of each line, and its time
+    where it has one)."""
+    if original is None:
         return parse_chunk(lines, first_line, ctx)
     out = parse_chunk(lines, first_line, ctx, list(range(first_line, first_line + len(lines))), collected)
     _quote_originals(out, original, np.arange(first_line, first_line + len(lines)))

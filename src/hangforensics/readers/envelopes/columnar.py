@@ -1,6 +1,7 @@
 """The commonest collector prefixes stripped from a chunk's lines as one polars column: kubectl
 ``--timestamps``, CRI pod files (a chunk without partial ``P`` lines), RFC 5424 syslog, journald's
-``short-iso`` and a process's tag (Ray's, a launcher's: a vLLM log relayed by Ray carries one on every line).
+``short-iso``; and without a time of their own a process's tag (Ray's, a launcher's: a vLLM log relayed by
+Ray carries one on every line), docker compose's service column and a terminal's colour escapes.
 
 The same payload text and collector times as those layers' per-line code (``collectors``), with no Python
 object per line: behind kubectl a large log spent a third of its parse on a regex match and a datetime per
@@ -41,7 +42,13 @@ _REMNANT = r" ?\x1B?\[[0-9]{1,3}(?:;[0-9]{1,3})*m"
 PROC_TAG = (rf"^(?P<pre>(?:{_REMNANT})?\((?:{_NAME}(?: {_NAME})? )?pid=[0-9]+(?:, ip=(?:{_W}|[.:-])+)?\)"
             r"(?: ?\x1B?\[0m)?(?: |$))")
 _VLLM_RECORD = "^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
-UNTIMED = {"proc_tag": PROC_TAG}
+# docker compose's service column ('sglang-1  | '), stripped (``pastes._Compose``)
+COMPOSE = r"^(?P<pre>[0-9A-Za-z_.-]{1,80} *\|(?: |$))"
+# a terminal's escapes (``pastes._ANSI``: CSI, OSC, charset, two-byte), removed; then of a line a carriage
+# return redrew, what the terminal shows last (its last part that is not empty)
+ANSI = r"\x1B(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1B]*(?:\x07|\x1B\\)?|[()][0-9A-Za-z]|[@-Z\\-_]|)"
+# the layers without a time of their own read as a column: what each does to a line
+UNTIMED = ("proc_tag", "compose", "ansi")
 
 
 def columnar_layer(layers: tuple[str, ...], params: tuple[str, ...]) -> str | None:
@@ -64,7 +71,8 @@ def unwrap_column(key: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | N
     import polars as pl
 
     if key in UNTIMED:
-        return _untagged(lines), pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True)
+        payload = {"proc_tag": _untagged, "compose": _uncomposed, "ansi": _uncoloured}[key](lines)
+        return payload.alias(lines.name), pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True)
     parts = lines.rename("line").to_frame().select(
         pl.col("line"), pl.col("line").str.extract_groups(PATTERNS[key]).alias("m")).unnest("m")
     if key == "cri" and (parts.get_column("tag") == "P").any():
@@ -92,6 +100,24 @@ def _untagged(lines: pl.Series) -> pl.Series:
               .then(pre.str.replace_all(_REMNANT, "").str.strip_chars() + pl.lit(" ") + rest).otherwise(line))
         .otherwise(rest).alias("payload"))
     return out.get_column("payload").alias(lines.name)
+
+
+def _uncomposed(lines: pl.Series) -> pl.Series:
+    """``lines`` without docker compose's service column (a line without one kept whole)."""
+    import polars as pl
+
+    pre = lines.str.extract(COMPOSE, 1)
+    return pl.select(pl.when(pre.is_null()).then(lines).otherwise(lines.str.slice(pre.str.len_chars()))).to_series()
+
+
+def _uncoloured(lines: pl.Series) -> pl.Series:
+    """``lines`` as a terminal shows them (``pastes._strip_ansi``): escapes removed, then of a line with a
+    carriage return its last part that is not empty."""
+    import polars as pl
+
+    text = lines.str.replace_all(ANSI, "")
+    last = text.str.split("\r").list.eval(pl.element().filter(pl.element() != "")).list.last().fill_null("")
+    return pl.select(pl.when(text.str.contains("\r", literal=True)).then(last).otherwise(text)).to_series()
 
 
 def _collected_time(base: Any, frac: Any, zone: Any) -> Any:
