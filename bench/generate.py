@@ -4,6 +4,7 @@
     python bench/generate.py fleet OUT_DIR --engines 300 --mb-per-engine 1
     python bench/generate.py mixed OUT_DIR       # ~216 engines of every evidence kind, ~300 MB
     python bench/generate.py wrap IN.log OUT.log --envelope kubectl   # a log as a collector hands it over
+    python bench/generate.py vllm OUT.log --mb 100    # a busy vLLM API server's log, relayed by Ray
 
 Deterministic (seeded).  The big log is what a busy TP8 engine prints over
 hours: Prefill/Decode batch lines from TP0 (and, with --all-ranks, every
@@ -15,7 +16,10 @@ dump) so a scan has incidents to find.
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -170,24 +174,61 @@ def write_mixed(out: Path, big_engines: int = 22, big_mb: float = 12.0) -> None:
         write_engine(out / f"big-{i:04d}", "stalled" if i % 10 == 3 else "healthy", big_mb, rng.randint(0, 10**9))
 
 
-# A collector's prefix of a line printed at ``t`` (UTC; the pod's clock is UTC+8), as each writes it.
-ENVELOPES = {
-    "kubectl": lambda t: t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z ",                    # kubectl --timestamps
-    "cri": lambda t: t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z stderr F ",                # a containerd pod file
-    "syslog": lambda t: "<14>1 " + t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z gpu-node-7 sglang 4242 - - ",
+# A log line printed at ``t`` (UTC; the pod's clock is UTC+8) as each collector, launcher or setting hands it
+# over: a collector's prefix, Ray's process tag, docker's JSON, a terminal's colours, SGLang's milliseconds.
+def _prefixed(prefix: Callable[[datetime], str]) -> Callable[[datetime, str], str]:
+    return lambda t, line: prefix(t) + line
+
+
+ENVELOPES: dict[str, Callable[[datetime, str], str]] = {
+    "kubectl": _prefixed(lambda t: t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z "),            # kubectl --timestamps
+    "cri": _prefixed(lambda t: t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z stderr F "),        # a containerd pod file
+    "syslog": _prefixed(lambda t: "<14>1 " + t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z gpu-node-7 sglang 4242 - - "),
+    "journald": _prefixed(lambda t: t.strftime("%Y-%m-%dT%H:%M:%S") + "+0000 gpu-node-7 python3[4121]: "),
+    "journald-short": _prefixed(lambda t: t.strftime("%b %d %H:%M:%S") + " gpu-node-7 python3[4121]: "),
+    "docker-json": lambda t, line: json.dumps({"log": line + "\n", "stream": "stderr",
+                                               "time": t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"},
+                                              separators=(",", ":")),
+    "compose": _prefixed(lambda t: "sglang-1  | "),                                          # docker compose logs
+    "ray": _prefixed(lambda t: "(SGLangEngine pid=4242) "),                                  # relayed by Ray
+    "ansi": lambda t, line: "\x1b[32m" + line[:21] + "\x1b[0m" + line[21:],                  # a terminal's colours
+    "ms": lambda t, line: re.sub(r"^(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?=[\] ])", r"\1.123", line),  # SGLANG_LOG_MS=1
 }
 
 
 def write_wrapped(src: Path, out: Path, envelope: str) -> None:
-    """``src`` as a collector hands it over: every line behind ``envelope``'s prefix, timed 1 ms apart from
-    the log's start (a collector's clock, not the payload's)."""
-    prefix = ENVELOPES[envelope]
+    """``src`` as a collector (or launcher, or setting) hands it over: every line in ``envelope``'s form, timed
+    1 ms apart from the log's start (a collector's clock, not the payload's)."""
+    form = ENVELOPES[envelope]
     t = START - timedelta(hours=8)
     step = timedelta(milliseconds=1)
     with src.open(encoding="utf-8") as f, out.open("w", encoding="utf-8") as w:
         for line in f:
-            w.write(prefix(t) + line)
+            w.write(form(t, line.rstrip("\n")) + "\n")
             t += step
+
+
+def write_vllm(out: Path, mb: float, seed: int = 5) -> None:
+    """A busy vLLM V1 API server's log of ``mb`` MB relayed by Ray (sglang-formats.md 9): a stats line every
+    10 s, an access line per request (50 a second) without a time of its own."""
+    rng = random.Random(seed)
+    t = START
+    with out.open("w", encoding="utf-8") as w:
+        w.write(f"(APIServer pid=3164) INFO {t:%m-%d %H:%M:%S} [api_server.py:1885] vLLM API server version 0.11.0\n")
+        size, k = 0, 0
+        while size < mb * 1e6:
+            t += timedelta(milliseconds=20)
+            k += 1
+            if k % 500 == 0:
+                line = (f"(APIServer pid=3164) INFO {t:%m-%d %H:%M:%S} [loggers.py:259] Engine 000: Avg prompt "
+                        f"throughput: {rng.uniform(100, 900):.1f} tokens/s, Avg generation throughput: "
+                        f"{rng.uniform(100, 900):.1f} tokens/s, Running: {rng.randint(1, 40)} reqs, Waiting: 0 reqs, "
+                        f"GPU KV cache usage: {rng.uniform(1, 60):.1f}%, Prefix cache hit rate: {rng.uniform(0, 60):.1f}%\n")
+            else:
+                line = (f"(APIServer pid=3164) INFO:     10.0.{rng.randint(0, 9)}.{rng.randint(1, 250)}:"
+                        f'{rng.randint(30000, 60000)} - "POST /v1/chat/completions HTTP/1.1" 200 OK\n')
+            w.write(line)
+            size += len(line)
 
 
 def main() -> None:
@@ -208,8 +249,13 @@ def main() -> None:
     w.add_argument("src", type=Path)
     w.add_argument("out", type=Path)
     w.add_argument("--envelope", choices=sorted(ENVELOPES), default="kubectl")
+    v = sub.add_parser("vllm")
+    v.add_argument("out", type=Path)
+    v.add_argument("--mb", type=float, default=100)
     a = ap.parse_args()
-    if a.what == "wrap":
+    if a.what == "vllm":
+        write_vllm(a.out, a.mb)
+    elif a.what == "wrap":
         write_wrapped(a.src, a.out, a.envelope)
     elif a.what == "mixed":
         write_mixed(a.out)

@@ -10,6 +10,8 @@
     python bench/run.py --sizes 445 --fleets "" --mixed --fresh-copy   # ... and a copy of it made just before
     python bench/run.py --sizes 445 --fleets "" --other 0.03  # a log with 3 % other messages, as real ones
     python bench/run.py --sizes 445 --fleets "" --envelopes kubectl,cri   # ... and that log behind collectors
+    python bench/run.py --sizes 100 --fleets "" --envelopes ray,ms,compose,ansi,docker-json --vllm 100
+                                            # a log in each form of evidence (generate.py's ENVELOPES), and vLLM's
 
 Ingest runs are paired with ``grep -c batch`` on the same file (page cache warm) and the medians reported,
 with the ratio's median; peak memory is given for the whole tree (the sum of RSS, which counts the pages of
@@ -121,6 +123,14 @@ def ensure_wrapped(log: Path, envelope: str) -> Path:
     return path
 
 
+def ensure_vllm(mb: int) -> Path:
+    """A busy vLLM API server's log of ``mb`` MB (generate.py vllm)."""
+    path = DATA / f"vllm{mb}.log"
+    if not path.exists():
+        subprocess.run([sys.executable, str(HERE / "generate.py"), "vllm", str(path), "--mb", str(mb)], check=True)
+    return path
+
+
 def ensure_fleet(engines: int, mb: float) -> Path:
     path = DATA / f"fleet{engines}x{mb:g}"
     if not path.exists():
@@ -223,7 +233,11 @@ def main() -> None:
                     "(local, ray); the others with the first")
     ap.add_argument("--runs", type=int, default=3, help="paired grep / ingest runs per size (medians reported)")
     ap.add_argument("--envelopes", default="",
-                    help="also ingest each single log behind these collectors' prefixes (kubectl, cri, syslog)")
+                    help="also ingest each single log in these forms (generate.py's ENVELOPES: collectors' prefixes "
+                         "kubectl, cri, syslog, journald, journald-short, docker-json, compose; ray, ansi, ms)")
+    ap.add_argument("--vllm", type=int, default=0,
+                    help="also ingest a busy vLLM API server's log of this many MB (generate.py vllm), paired with "
+                         "grep -c POST")
     ap.add_argument("--other", type=float, default=0.0,
                     help="share of the single logs' lines that are other messages, as a real server log holds "
                          "(generate.py big --other; 0: nearly all batch and access lines)")
@@ -235,12 +249,14 @@ def main() -> None:
     try:
         logs = [(mb, ensure_big(mb, a.other), "") for mb in sizes]
         logs += [(mb, ensure_wrapped(log, env), env) for mb, log, _ in list(logs) for env in a.envelopes.split(",") if env]
+        if a.vllm:
+            logs.append((a.vllm, ensure_vllm(a.vllm), "vllm"))
         for mb, log, envelope in logs:
             real_mb = log.stat().st_size / 1e6
             db = tmp / f"ingest{mb}.duckdb"
             runs = []
             for _ in range(a.runs if mb <= 1000 else 1):      # paired: grep, then ingest, on the same cache
-                g, _ = measure(["grep", "-c", "batch", str(log)])
+                g, _ = measure(["grep", "-c", "POST" if envelope == "vllm" else "batch", str(log)])
                 t, rss = measure([*HF, "ingest", str(log), "--db", str(db)])
                 runs.append((g, t, rss, LAST["largest"], LAST["cpu"], LAST["pss"]))
                 db.unlink()
@@ -249,7 +265,7 @@ def main() -> None:
                 SINGLE.append(real_mb / t)
             ratio = statistics.median(r[1] / r[0] for r in runs)
             label = f"ingest {real_mb:.0f} MB log" + (f" ({100 * a.other:g} % other messages)" if a.other else "") \
-                + (f" behind {envelope}" if envelope else "")
+                + (" of vLLM (relayed by Ray)" if envelope == "vllm" else f" behind {envelope}" if envelope else "")
             rows.append((label, t, rss,
                          f"{real_mb / t:.1f} MB/s; grep -c batch {g:.2f} s ({ratio:.1f}x grep, median of "
                          f"{len(runs)} paired: {', '.join(f'{r[1] / r[0]:.1f}' for r in runs)}); "

@@ -14,6 +14,7 @@ py-spy threads named by their line.
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import shutil
 from datetime import datetime, timedelta
@@ -193,11 +194,14 @@ def _wrapped(key: str, lines: list[str], r: random.Random, split: bool = True) -
         t = (_T0 + timedelta(milliseconds=357 * i)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:r.choice([26, 23, 21])]
         prefix = {"kubectl": f"{t}+05:30 ", "cri": f"{t}-01:00 stderr F ", "syslog": f"<14>1 {t}Z h sglang 7 - - ",
                   "journald": f"{t}+0100 h sglang[7]: ", "proc_tag": "(SGLangEngine pid=7) ", "compose": "sglang-1  | ",
-                  "ansi": ""}[key]
+                  "ansi": "", "docker_json": ""}[key]
         if key == "ansi":           # a colour around the start of some lines, a redraw in a few
             k = r.randint(0, 8)
             s = r.choice(["", "\x1b[32m" + s[:k] + "\x1b[0m" + s[k:], "\x1b[1;36m" + s, "junk\r" + s])
-        if r.random() < 0.01:
+        if key == "docker_json":    # the driver's entry, Go's escapes of HTML's characters in it
+            body = json.dumps(s + "\n", ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
+            s = '{"log":' + body + ',"stream":"stderr","time":"' + t + 'Z"}'
+        if r.random() < 0.01 and key != "docker_json":
             out.append(s)
         elif split and key == "cri" and i % 700 == 350 and len(s) > 20:
             out += [f"{t}-01:00 stderr P {s[:10]}", f"{t}-01:00 stderr F {s[10:]}"]
@@ -206,9 +210,9 @@ def _wrapped(key: str, lines: list[str], r: random.Random, split: bool = True) -
     return out
 
 
-@pytest.mark.parametrize("key", ["kubectl", "cri", "syslog", "journald", "proc_tag", "compose", "ansi"])
+@pytest.mark.parametrize("key", ["kubectl", "cri", "syslog", "journald", "docker_json", "proc_tag", "compose", "ansi"])
 def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
-    """The payload of a log behind kubectl, CRI, syslog or journald (with their times), or a process tag,
+    """The payload of a log behind kubectl, CRI, syslog, journald or docker's JSON (with their times), or a process tag,
     docker compose's column or a terminal's colours (without), unwrapped as a column, goes through the
     scanner in the reader's chunks and groups: the same rows as the general parser's (bare access lines dated
     by their envelope's time where it has one), the envelope's time on each, unparsed rows quoting the file's
@@ -233,14 +237,14 @@ def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: p
         for table in ("t_batches", "t_http_requests"):
             n, timed = con.execute(f"SELECT count(*), count(collected_ts) FROM {table}").fetchone()
             assert n > 100 and (timed == 0 if untimed else timed > 0.95 * n), table
-        first = {"kubectl": "2026-", "cri": "2026-", "syslog": "<14>1 ", "journald": "2026-",
+        first = {"kubectl": "2026-", "cri": "2026-", "syslog": "<14>1 ", "journald": "2026-", "docker_json": '{"log":',
                  "proc_tag": "(SGLangEngine pid=7) ", "compose": "sglang-1  | ", "ansi": "\x1b["}[key]
         assert con.execute("SELECT count(*) FROM unparsed WHERE starts_with(text, ?)", [first]).fetchone()[0] > 5
 
 
 def test_the_corpora_logs_behind_a_collectors_prefix_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every plain log of the test corpora (SGLang releases and variants, vLLM, torch jobs, hostile files) behind
-    one of the seven envelopes in turn: through the scanner and through the general parser, the same rows in
+    one of the eight envelopes in turn: through the scanner and through the general parser, the same rows in
     every table."""
     from hangforensics.readers.payload import head_lines, sniff
 
@@ -250,7 +254,7 @@ def test_the_corpora_logs_behind_a_collectors_prefix_read_alike(tmp_path, monkey
     r = random.Random(11)
     scanned = 0
     for k, log in enumerate(logs):
-        key = ("kubectl", "cri", "syslog", "journald", "proc_tag", "compose", "ansi")[k % 7]
+        key = ("kubectl", "cri", "syslog", "journald", "docker_json", "proc_tag", "compose", "ansi")[k % 8]
         folder = tmp_path / f"e{k}"
         folder.mkdir()
         lines = log.read_bytes().decode("utf-8", "replace").split("\n")
