@@ -3,6 +3,7 @@
     python bench/generate.py big OUT.log --mb 200
     python bench/generate.py fleet OUT_DIR --engines 300 --mb-per-engine 1
     python bench/generate.py mixed OUT_DIR       # ~216 engines of every evidence kind, ~300 MB
+    python bench/generate.py mixed OUT_DIR --forms   # ... its busy logs through collectors, Ray, vLLM
     python bench/generate.py wrap IN.log OUT.log --envelope kubectl   # a log as a collector hands it over
     python bench/generate.py vllm OUT.log --mb 100    # a busy vLLM API server's log, relayed by Ray
 
@@ -155,10 +156,17 @@ MIXED_SOURCES = ["tests/data/families/fleet", "tests/data/variants/fleet", "test
                  "../shared/examples/wrapped/fleet"]
 
 
-def write_mixed(out: Path, big_engines: int = 22, big_mb: float = 12.0) -> None:
+# The forms the busy engines of ``mixed --forms`` are in, in turn: as their server printed them, as a
+# collector or launcher handed them over, as a release prints with SGLANG_LOG_MS=1; and vLLM servers.
+FORMS = ["plain", "kubectl", "docker-json", "plain", "ray", "vllm", "ms", "compose", "plain", "cri", "vllm"]
+
+
+def write_mixed(out: Path, big_engines: int = 22, big_mb: float = 12.0, forms: bool = False) -> None:
     """A fleet of every evidence kind: each engine folder of the test corpora (and of ../shared's examples
     when present) copied under a prefix, plus ``big_engines`` generated busy logs of ``big_mb`` MB, so that
-    bytes come mostly from batch-heavy logs as in a real fleet and engines mostly from small evidence."""
+    bytes come mostly from batch-heavy logs as in a real fleet and engines mostly from small evidence.
+    ``forms``: the busy logs in the FORMS in turn (a fleet's logs come through collectors and launchers, and
+    some of its engines run vLLM), not all as SGLang printed them."""
     import shutil
 
     out.mkdir(parents=True, exist_ok=True)
@@ -171,7 +179,17 @@ def write_mixed(out: Path, big_engines: int = 22, big_mb: float = 12.0) -> None:
             shutil.copytree(engine, out / f"{prefix}-{engine.name}", dirs_exist_ok=True)
     rng = random.Random(27)
     for i in range(big_engines):
-        write_engine(out / f"big-{i:04d}", "stalled" if i % 10 == 3 else "healthy", big_mb, rng.randint(0, 10**9))
+        folder = out / f"big-{i:04d}"
+        write_engine(folder, "stalled" if i % 10 == 3 else "healthy", big_mb, rng.randint(0, 10**9))
+        form = FORMS[i % len(FORMS)] if forms else "plain"
+        log = folder / "server.log"
+        if form == "vllm":
+            write_vllm(log, big_mb, seed=i)
+        elif form != "plain":
+            tmp = folder / "printed.log"
+            log.rename(tmp)
+            write_wrapped(tmp, log, form)
+            tmp.unlink()
 
 
 # A log line printed at ``t`` (UTC; the pod's clock is UTC+8) as each collector, launcher or setting hands it
@@ -245,6 +263,8 @@ def main() -> None:
     f.add_argument("--mb-per-engine", type=float, default=1.0)
     m = sub.add_parser("mixed")
     m.add_argument("out", type=Path)
+    m.add_argument("--forms", action="store_true", help="the busy engines' logs in FORMS (collectors, Ray, "
+                   "SGLANG_LOG_MS, vLLM), not all as SGLang printed them")
     w = sub.add_parser("wrap")
     w.add_argument("src", type=Path)
     w.add_argument("out", type=Path)
@@ -258,7 +278,7 @@ def main() -> None:
     elif a.what == "wrap":
         write_wrapped(a.src, a.out, a.envelope)
     elif a.what == "mixed":
-        write_mixed(a.out)
+        write_mixed(a.out, forms=a.forms)
     elif a.what == "big":
         a.out.parent.mkdir(parents=True, exist_ok=True)
         write_big(a.out, a.mb, a.all_ranks, other=a.other)

@@ -7,6 +7,7 @@
     python bench/run.py --sizes 445 --runs 3 --fleets ""        # the single-log figure: 3 paired runs
     python bench/run.py --fleets 300x1 --executors local,ray    # local against Ray
     python bench/run.py --sizes 445 --fleets "" --mixed       # a fleet of every evidence kind beside one log
+    python bench/run.py --sizes 445 --fleets "" --mixed-forms # ... its busy logs through collectors, Ray, vLLM
     python bench/run.py --sizes 445 --fleets "" --mixed --fresh-copy   # ... and a copy of it made just before
     python bench/run.py --sizes 445 --fleets "" --other 0.03  # a log with 3 % other messages, as real ones
     python bench/run.py --sizes 445 --fleets "" --envelopes kubectl,cri   # ... and that log behind collectors
@@ -226,6 +227,8 @@ def main() -> None:
                     help="also scan this fleet folder (an engine per subfolder: real evidence of every kind)")
     ap.add_argument("--mixed", action="store_true",
                     help="also scan a fleet of every evidence kind (generate.py mixed: ~216 engines, ~300 MB)")
+    ap.add_argument("--mixed-forms", action="store_true",
+                    help="also scan that fleet with its busy logs in generate.py's FORMS (mixed --forms)")
     ap.add_argument("--fresh-copy", action="store_true",
                     help="also scan a copy of each fleet folder made just before (every file written minutes ago: "
                          "live, as a fleet copied or unpacked for the scan is)")
@@ -277,11 +280,12 @@ def main() -> None:
             fleet_mb = sum(p.stat().st_size for p in fleet.rglob("*") if p.is_file()) / 1e6
             for mode in (modes if k == 0 else modes[:1]):
                 rows += fleet_scans(fleet, fleet_mb, engines, mode, tmp)
-        if a.mixed:
-            mixed = DATA / "mixed"
-            if not mixed.exists():
-                subprocess.run([sys.executable, str(HERE / "generate.py"), "mixed", str(mixed)], check=True)
-            a.fleet_dir.append(mixed)
+        for wanted, name, extra in ((a.mixed, "mixed", []), (a.mixed_forms, "mixed-forms", ["--forms"])):
+            mixed = DATA / name
+            if wanted and not mixed.exists():
+                subprocess.run([sys.executable, str(HERE / "generate.py"), "mixed", str(mixed), *extra], check=True)
+            if wanted:
+                a.fleet_dir.append(mixed)
         for folder in a.fleet_dir:
             engines = sum(1 for p in folder.iterdir() if p.is_dir())
             fleet_mb = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
