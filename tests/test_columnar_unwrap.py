@@ -261,3 +261,31 @@ def test_rsyslogs_own_rfc5424_output_gives_the_findings_of_the_plain_log(tmp_pat
         want = _said(run_rules(db))
     assert (src["parsed_lines"], src["unparsed_lines"]) == (plain_src["parsed_lines"], plain_src["unparsed_lines"])
     assert len(want) >= 3 and got == want
+
+
+def test_rays_own_driver_output_gives_the_findings_of_the_plain_log(tmp_path: Path) -> None:
+    """What Ray's log monitor printed on the driver's console when an actor printed a stalled engine's log
+    (tests/data/real_envelopes/README.md), with its colours and without: the findings of the log itself,
+    every line of it parsed as there, Ray's own two lines kept in unparsed, no line taken for a record cut
+    into by another process's."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "server.log").write_bytes(SOURCE.read_bytes())
+    with Store(":memory:") as db:
+        ingest_paths(db, [plain], mode="engine")
+        (want_src,) = db.query("SELECT parsed_lines, unparsed_lines FROM sources")
+        want = _said(run_rules(db))
+    assert len(want) >= 3
+    for form, envelope in (("colour", "ansi+proc_tag"), ("no-colour", "proc_tag")):
+        folder = tmp_path / form
+        folder.mkdir()
+        (folder / "server.log").write_bytes((REAL / "ray-driver" / form / "server.log").read_bytes())
+        with Store(":memory:") as db:
+            ingest_paths(db, [folder], mode="engine")
+            (src,) = db.query("SELECT envelope, parsed_lines, unparsed_lines, note FROM sources")
+            got = _said(run_rules(db))
+            ray_lines = [r["text"] for r in db.query("SELECT text FROM unparsed WHERE text LIKE '%Ray%'")]
+        assert src["envelope"] == envelope, form
+        assert (src["parsed_lines"], src["unparsed_lines"]) == (want_src["parsed_lines"], want_src["unparsed_lines"] + 2)
+        assert len(ray_lines) == 2 and "cut into" not in (src["note"] or "")
+        assert got == want, form
