@@ -209,6 +209,7 @@ ENVELOPES: dict[str, Callable[[datetime, str], str]] = {
                                               separators=(",", ":")),
     "compose": _prefixed(lambda t: "sglang-1  | "),                                          # docker compose logs
     "ray": _prefixed(lambda t: "(SGLangEngine pid=4242) "),                                  # relayed by Ray
+    "ray-console": _prefixed(lambda t: "\x1b[36m(SGLangEngine pid=4242)\x1b[0m "),          # Ray's own console
     "ansi": lambda t, line: "\x1b[32m" + line[:21] + "\x1b[0m" + line[21:],                  # a terminal's colours
     "ms": lambda t, line: re.sub(r"^(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?=[\] ])", r"\1.123", line),  # SGLANG_LOG_MS=1
 }

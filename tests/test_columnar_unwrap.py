@@ -23,7 +23,8 @@ from hangforensics.store import Store
 STACKS = {"kubectl": EnvelopeStack(("kubectl",), ("",)), "cri": EnvelopeStack(("cri",), ("",)),
           "syslog": EnvelopeStack(("syslog",), ("5424",)), "journald": EnvelopeStack(("journald",), ("short-iso",)),
           "proc_tag": EnvelopeStack(("proc_tag",), ("",)), "compose": EnvelopeStack(("compose",), ("",)),
-          "ansi": EnvelopeStack(("ansi",), ("",)), "docker_json": EnvelopeStack(("docker_json",), ("",))}
+          "ansi": EnvelopeStack(("ansi",), ("",)), "docker_json": EnvelopeStack(("docker_json",), ("",)),
+          "ansi+proc_tag": EnvelopeStack(("ansi", "proc_tag"), ("", ""))}
 
 
 def line_by_line(key: str, lines: list[str]) -> tuple[list[str], list[datetime | None]]:
@@ -115,10 +116,16 @@ docker_line = st.one_of(
     text)
 
 
+# Ray's console: its tag in a colour's escapes (``\x1b[36m(SGLangEngine pid=N)\x1b[0m ``), and redraws
+ray_console_line = st.builds(lambda pre, line, post: pre + line + post, st.sampled_from(["", "\x1b[36m", "\x1b[1;33m"]),
+                             st.one_of(proc_tag_line, st.builds(lambda rest: "(SGLangEngine pid=7)\x1b[0m " + rest, text)),
+                             st.sampled_from(["", "\x1b[0m", "\r"]))
+
+
 @pytest.mark.parametrize("key, lines", [("kubectl", kubectl_line), ("cri", cri_line), ("syslog", syslog_line),
                                         ("journald", journald_line), ("proc_tag", proc_tag_line),
                                         ("compose", compose_line), ("ansi", ansi_line),
-                                        ("docker_json", docker_line)])
+                                        ("docker_json", docker_line), ("ansi+proc_tag", ray_console_line)])
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_property_a_column_unwraps_as_the_layer_does_line_by_line(key: str, lines: st.SearchStrategy[str],
@@ -265,7 +272,8 @@ def test_rsyslogs_own_rfc5424_output_gives_the_findings_of_the_plain_log(tmp_pat
 
 def test_rays_own_driver_output_gives_the_findings_of_the_plain_log(tmp_path: Path) -> None:
     """What Ray's log monitor printed on the driver's console when an actor printed a stalled engine's log
-    (tests/data/real_envelopes/README.md), with its colours and without: the findings of the log itself,
+    (tests/data/real_envelopes/README.md), with its colours and without, unwrapped as a column (its tag, and
+    with its colours two layers one after the other): the findings of the log itself,
     every line of it parsed as there, Ray's own two lines kept in unparsed, no line taken for a record cut
     into by another process's."""
     plain = tmp_path / "plain"
@@ -280,12 +288,19 @@ def test_rays_own_driver_output_gives_the_findings_of_the_plain_log(tmp_path: Pa
         folder = tmp_path / form
         folder.mkdir()
         (folder / "server.log").write_bytes((REAL / "ray-driver" / form / "server.log").read_bytes())
-        with Store(":memory:") as db:
+        seen: list[str] = []
+
+        def counted(k: str, lines: pl.Series, seen: list[str] = seen) -> tuple[pl.Series, pl.Series] | None:
+            seen.append(k)
+            return columnar.unwrap_column(k, lines)
+
+        with pytest.MonkeyPatch.context() as mp, Store(":memory:") as db:
+            mp.setattr("hangforensics.readers.envelopes.unwrap.unwrap_column", counted)
             ingest_paths(db, [folder], mode="engine")
             (src,) = db.query("SELECT envelope, parsed_lines, unparsed_lines, note FROM sources")
             got = _said(run_rules(db))
             ray_lines = [r["text"] for r in db.query("SELECT text FROM unparsed WHERE text LIKE '%Ray%'")]
-        assert src["envelope"] == envelope, form
+        assert src["envelope"] == envelope and seen == [envelope], form         # (read as a column)
         assert (src["parsed_lines"], src["unparsed_lines"]) == (want_src["parsed_lines"], want_src["unparsed_lines"] + 2)
         assert len(ray_lines) == 2 and "cut into" not in (src["note"] or "")
         assert got == want, form

@@ -65,9 +65,14 @@ UNTIMED = ("proc_tag", "compose", "ansi")
 
 
 def columnar_layer(layers: tuple[str, ...], params: tuple[str, ...]) -> str | None:
-    """The key of PATTERNS that unwraps this stack as a column: one layer of those, in one of its VARIANTS
-    (syslog's RFC 5424, journald's ``short-iso``), else None."""
-    if len(layers) != 1:
+    """The key that unwraps this stack as a column: one layer of PATTERNS in one of its VARIANTS (syslog's
+    RFC 5424, journald's ``short-iso``), docker's JSON, or layers without times of their own (UNTIMED: one,
+    or several one after the other, 'ansi+proc_tag'), else None."""
+    if len(layers) > 1:             # layers without times, each one line for one: one after the other
+        if all(n in UNTIMED for n in layers) and not any(params):
+            return "+".join(layers)
+        return None
+    if not layers:
         return None
     name, param = layers[0], (params[0] if params else "")
     if name in UNTIMED and not param:
@@ -85,8 +90,10 @@ def unwrap_column(key: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | N
     alone (a CRI line split into partial ``P`` parts: the layer rejoins them line by line)."""
     import polars as pl
 
-    if key in UNTIMED:
-        payload = {"proc_tag": _untagged, "compose": _uncomposed, "ansi": _uncoloured}[key](lines)
+    if all(k in UNTIMED for k in key.split("+")):   # (outermost first: Ray's console, its colours then its tag)
+        payload = lines
+        for k in key.split("+"):
+            payload = {"proc_tag": _untagged, "compose": _uncomposed, "ansi": _uncoloured}[k](payload)
         return payload.alias(lines.name), pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True)
     if key == "docker_json":
         return _docker_entries(lines)
