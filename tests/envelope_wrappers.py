@@ -134,6 +134,17 @@ def w_viewer_ts(lines: list[str], t0: Clock = T0) -> list[str]:
     return [f" {t + timedelta(hours=3):%Y-%m-%d %H:%M:%S} {s}" for t, s in zip(times(lines, t0), lines, strict=True)]
 
 
+def w_ray(lines: list[str], t0: Clock = T0) -> list[str]:
+    """Ray's driver console with RAY_COLOR_PREFIX=0: the actor's tag before every line, blank ones too (as
+    Ray 2.60 wrote tests/data/real_envelopes/ray-driver)."""
+    return [f"(SGLangEngine pid=4242) {s}" for s in lines]
+
+
+def w_ray_console(lines: list[str], t0: Clock = T0) -> list[str]:
+    """Ray's driver console by default: the tag in a colour's escapes."""
+    return [f"\x1b[36m(SGLangEngine pid=4242)\x1b[0m {s}" for s in lines]
+
+
 WRAP_WIDTH = 110
 
 
@@ -156,6 +167,8 @@ WRAPPERS: dict[str, tuple[list[Callable[..., list[str]]], str]] = {
     "vector": ([w_vector], "vector"),
     "ansi": ([w_ansi], "ansi"),
     "compose": ([w_compose], "compose"),
+    "ray": ([w_ray], "proc_tag"),  # (a head of SGLang records only is plain: the parser reads their tag)
+    "ray_console": ([w_ray_console], "ansi+proc_tag"),
     "quote": ([w_quote], "markdown"),
     "fenced": ([w_fenced], "markdown"),
     "details": ([w_details], "markdown"),

@@ -136,11 +136,16 @@ def _scan_payload(group: Any, pay: Payload, lines: Any, ctx: Any) -> tuple[list[
     import polars as pl
 
     # (a payload of no SGLang line, a vLLM log behind Ray's tags: nothing for the scanner, whose pass over it
-    # cost some 11 % more)
-    raw = _payload_bytes(pay) if isinstance(pay.lines, pl.Series) and pay.lines.str.starts_with("[").any() else None
+    # cost some 11 % more; an SGLang line may start with Ray's tag, which the scanner reads)
+    raw = _payload_bytes(pay) if isinstance(pay.lines, pl.Series) and pay.lines.str.contains(_SGLANG_HEAD).any() \
+        else None
     if raw is None:
         return group.flush(), [_parse_payload(pay, ctx)]
     return group.add(raw, pay.first_line, pay.collected_ts, lines)
+
+
+# a line that may start an SGLang record: its prefix, maybe after a process's tag (a cheap anchored test)
+_SGLANG_HEAD = r"^(?:\([^)]*\)\s*)?\[[0-9]{4}-"
 
 
 def _payload_bytes(pay: Payload) -> bytes | None:

@@ -224,8 +224,7 @@ def _actor_end(buf, s: int, end: int) -> int:
             return s
         p += 5
         q = p
-        while p < end and (_digit(buf[p]) | ((buf[p] >= 65) & (buf[p] <= 90)) | ((buf[p] >= 97) & (buf[p] <= 122))
-                           | (buf[p] == 95) | (buf[p] == 46) | (buf[p] == 58) | (buf[p] == 45)):
+        while p < end and _tag_char(buf[p]) and buf[p] != 91 and buf[p] != 93 and buf[p] != 61:   # [\w.:-]
             p += 1
         if p == q or p >= end:
             return s

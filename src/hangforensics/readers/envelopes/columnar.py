@@ -60,7 +60,7 @@ COMPOSE = r"^(?P<pre>[0-9A-Za-z_.-]{1,80} *\|(?: |$))"
 # a terminal's escapes (``pastes._ANSI``: CSI, OSC, charset, two-byte), removed; then of a line a carriage
 # return redrew, what the terminal shows last (its last part that is not empty)
 ANSI = r"\x1B(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1B]*(?:\x07|\x1B\\)?|[()][0-9A-Za-z]|[@-Z\\-_]|)"
-# the layers without a time of their own read as a column: what each does to a line
+# the layers without a time of their own read as a column (each stripped by _STRIP's function)
 UNTIMED = ("proc_tag", "compose", "ansi")
 
 
@@ -93,7 +93,7 @@ def unwrap_column(key: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | N
     if all(k in UNTIMED for k in key.split("+")):   # (outermost first: Ray's console, its colours then its tag)
         payload = lines
         for k in key.split("+"):
-            payload = {"proc_tag": _untagged, "compose": _uncomposed, "ansi": _uncoloured}[k](payload)
+            payload = _STRIP[k](payload)
         return payload.alias(lines.name), pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True)
     if key == "docker_json":
         return _docker_entries(lines)
@@ -163,6 +163,10 @@ def _uncoloured(lines: pl.Series) -> pl.Series:
     text = lines.str.replace_all(ANSI, "")
     last = text.str.split("\r").list.eval(pl.element().filter(pl.element() != "")).list.last().fill_null("")
     return pl.select(pl.when(text.str.contains("\r", literal=True)).then(last).otherwise(text)).to_series()
+
+
+# what each layer of UNTIMED does to a line
+_STRIP = {"proc_tag": _untagged, "compose": _uncomposed, "ansi": _uncoloured}
 
 
 def _collected_time(base: Any, frac: Any, zone: Any) -> Any:
