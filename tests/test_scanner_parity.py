@@ -435,6 +435,98 @@ def test_a_ray_actors_tag_is_part_of_the_prefix_read_alike_and_by_the_scanner(
     assert f"{cut} line(s) cut into by another process's record" in note, note
 
 
+# -- a busy vLLM API server: access lines without a time, '(APIServer pid=3164) INFO:     10.0.0.1:5000 - "POST ...' --
+def _vllm_server_log(r: random.Random, n: int) -> list[str]:
+    """A vLLM V1 server's log (sglang-formats.md §9): uvicorn's access lines without a time behind the API
+    server's tag (or none), its stats lines, workers' and the engine core's records, a traceback, blank lines;
+    access lines the scanner leaves to the general parser (DEBUG, which BARE_ACCESS does not read; a Ray tag
+    with its address; two spaces after the tag; a client-less line); stretches of only stats lines or only
+    access lines; an SGLang record now and then (a dated record of the file's clock)."""
+    lines: list[str] = []
+    t = 0.0
+    for k in range(n):
+        t += 0.02
+        stretch = (k // 700) % 3                    # 0: mixed, 1: no access line, 2: only access lines
+        tag = r.choice(["(APIServer pid=3164) ", "(APIServer_1 pid=3170) ", ""])
+        access = f'INFO:     10.0.{r.randint(0, 9)}.{r.randint(1, 250)}:{r.randint(30000, 60000)} - ' \
+                 f'"POST /v1/chat/completions HTTP/1.1" {r.choice([200, 200, 200, 503])} OK'
+        if stretch == 2 or (stretch == 0 and r.random() < 0.8):
+            odd = r.random()
+            lines.append(tag + access if odd > 0.03 else r.choice([
+                '(APIServer pid=3164) DEBUG:    10.0.0.1:5000 - "GET /metrics HTTP/1.1" 200 OK',
+                "(RayWorkerWrapper pid=9, ip=10.0.0.2) " + access, "(APIServer pid=3164)  " + access,
+                'INFO:      - "GET /health HTTP/1.1" 200 OK']))
+            continue
+        lines += r.choice([
+            [f"(APIServer pid=3164) INFO {_vllm_stamp(t)} [loggers.py:259] Engine 000: Avg prompt throughput: "
+             f"{r.uniform(0, 900):.1f} tokens/s, Avg generation throughput: 41.7 tokens/s, Running: "
+             f"{r.randint(0, 40)} reqs, Waiting: 0 reqs, GPU KV cache usage: 2.0%, Prefix cache hit rate: 0.0%"],
+            [f"(Worker_TP1 pid=3301) WARNING {_vllm_stamp(t)} [shm_broadcast.py:466] No available shared memory "
+             f"broadcast block found in 60 seconds."],
+            [f"(EngineCore_DP0 pid=3200) ERROR {_vllm_stamp(t)} [core.py:710] EngineCore encountered a fatal error.",
+             "(EngineCore_DP0 pid=3200) Traceback (most recent call last):",
+             '(EngineCore_DP0 pid=3200)   File "/usr/lib/python3/vllm/v1/engine/core.py", line 701, in run',
+             "(EngineCore_DP0 pid=3200) TimeoutError: RPC call to sample_tokens timed out."],
+            [""],
+            [f"[{_stamp(t)}] a dated SGLang record in the same file"],
+        ])
+    return lines
+
+
+@pytest.mark.parametrize("key", ["plain", "kubectl", "proc_tag"])
+def test_a_vllm_servers_access_lines_without_a_time_are_read_alike_and_by_the_scanner(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """A busy vLLM API server's log is mostly uvicorn's access lines without a time: the scanner types them
+    (ACCESS_BARE) and they are dated by the dated record before them over the whole group of chunks, as the
+    general parser dates them chunk by chunk (``ctx.record_ts`` across chunks, also across chunks without an
+    access line); behind kubectl each keeps its envelope's time instead.  Lines BARE_ACCESS reads otherwise
+    are the general parser's.  The same rows both ways, and the same counts of lines dated so."""
+    monkeypatch.setattr(parse, "CHUNK_BYTES", 8192)
+    monkeypatch.setattr(sglang_fast, "GROUP_BYTES", 64 * 1024)
+    monkeypatch.setattr(sglang_fast, "SLICE_LINES", 300)
+    r = random.Random(5)
+    lines = _vllm_server_log(r, 6000)
+    log = tmp_path / "e" / "server.log"
+    log.parent.mkdir()
+    log.write_text("\n".join(lines if key == "plain" else _wrapped(key, lines, r, split=False)) + "\n")
+    bare: list[int] = []
+    slice_init = sglang_fast._Slice.__init__
+
+    def counted(self, sc, *args, **kw) -> None:     # the access lines without a time the scanner typed
+        slice_init(self, sc, *args, **kw)
+        rows = self.tables["http_requests"]
+        bare.append(0 if rows is None else rows.column("ts").null_count)
+
+    monkeypatch.setattr(sglang_fast._Slice, "__init__", counted)
+    fast, general = _both_ways([log.parent], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    access = sum(1 for line in lines if " - \"" in line)
+    assert sum(bare) > 0.8 * access, (sum(bare), access)
+    assert len(fast["http_requests"]) > 0.95 * access
+    with duckdb.connect(str(tmp_path / "0.duckdb"), read_only=True) as con:
+        note = con.execute("SELECT note FROM sources").fetchall()[0][0] or ""
+        undated, enveloped = con.execute("SELECT count(*) FILTER (ts IS NULL), count(collected_ts) "
+                                         "FROM t_http_requests").fetchone()
+    assert undated < 20                     # (only those before the file's first dated record)
+    by = "their envelope's time" if key == "kubectl" else "the record before them"
+    said = re.search(rf"(\d+) access line\(s\) without a time of their own: dated by {by}", note)
+    assert said and int(said.group(1)) > 0.8 * access, note
+    assert (enveloped > 0.95 * access) if key == "kubectl" else not enveloped
+
+
+def test_an_access_line_without_a_time_is_dated_by_the_last_dated_record_of_the_chunks_before(tmp_path) -> None:
+    """The general path, chunk by chunk: an access line without a time at the top of a chunk takes the time of
+    the dated record furthest down the chunks before it, also of a chunk that printed no access line."""
+    ctx = sglang_log.FileContext(engine="e", path="server.log", default_year=2026)
+    sglang_log.parse_chunk([f"[{_stamp(0)}] Load weight begin", 'INFO:     1.2.3.4:5 - "GET /health HTTP/1.1" 200 OK'],
+                           1, ctx)
+    sglang_log.parse_chunk([f"[{_stamp(60)} TP0] Decode batch, #running-req: 1, #token: 8, token usage: 0.01, "
+                            "gen throughput (token/s): 1.5, #queue-req: 0"], 3, ctx)
+    out = sglang_log.parse_chunk(['INFO:     1.2.3.4:5 - "GET /health HTTP/1.1" 200 OK'], 4, ctx)
+    rows = out.tables["http_requests"]
+    assert rows.get_column("ts").to_list() == [_T0 + timedelta(seconds=60)] and out.dated_by_previous == 1
+
+
 # -- where the scanner runs ---------------------------------------------------------------------------------------
 def test_a_process_with_the_scanner_loaded_reads_every_plain_log_with_it() -> None:
     """Loading numba and the scanner's code costs about a second: a process that has not (the CLI reading a

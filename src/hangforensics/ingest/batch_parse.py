@@ -270,8 +270,9 @@ def _scan_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
     for k, r in enumerate(ready):
         head, mine = fast._release_records(r.ctx), []
         for a in range(counts[k], counts[k + 1], fast.SLICE_LINES):
+            # (access lines without a time are the general parser's: it dates them by their own file's records)
             mine.append(fast._Slice(sc, text, starts, ends, a, min(a + fast.SLICE_LINES, counts[k + 1]), brackets,
-                                    ascii_all, local, r.ctx, head))
+                                    ascii_all, local, r.ctx, head, bare=False))
             head -= mine[-1].messages
         slices.append(mine)
     keep = np.concatenate([s.keep for mine in slices for s in mine])

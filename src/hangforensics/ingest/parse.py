@@ -135,17 +135,18 @@ def _scan_payload(group: Any, pay: Payload, lines: Any, ctx: Any) -> tuple[list[
     physical line) is read by the general parser after the group so far.  Returns (before, done) as ``add``."""
     import polars as pl
 
-    # (a payload of no SGLang line, a vLLM log behind Ray's tags: nothing for the scanner, whose pass over it
-    # cost some 11 % more; an SGLang line may start with Ray's tag, which the scanner reads)
-    raw = _payload_bytes(pay) if isinstance(pay.lines, pl.Series) and pay.lines.str.contains(_SGLANG_HEAD).any() \
+    # (a payload of no SGLang or access line, torch's glog lines behind kubectl: nothing for the scanner, whose
+    # pass over it cost some 11 % more; either may start with a process's tag, which the scanner reads)
+    raw = _payload_bytes(pay) if isinstance(pay.lines, pl.Series) and pay.lines.str.contains(_SCANNABLE_HEAD).any() \
         else None
     if raw is None:
         return group.flush(), [_parse_payload(pay, ctx)]
     return group.add(raw, pay.first_line, pay.collected_ts, lines)
 
 
-# a line that may start an SGLang record: its prefix, maybe after a process's tag (a cheap anchored test)
-_SGLANG_HEAD = r"^(?:\([^)]*\)\s*)?\[[0-9]{4}-"
+# a line the scanner may read: an SGLang record's prefix or an access line without one (a vLLM API server's),
+# maybe after a process's tag (a cheap anchored test)
+_SCANNABLE_HEAD = r"^(?:\([^)]*\)\s*)?(?:\[[0-9]{4}-|(?:INFO|WARNING|ERROR):\s)"
 
 
 def _payload_bytes(pay: Payload) -> bytes | None:

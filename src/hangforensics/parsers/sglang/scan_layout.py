@@ -7,6 +7,7 @@ from __future__ import annotations
 from .sglang_patterns import BATCH_FLOAT_KEYS, BATCH_INT_KEYS, PENDING_KEYS
 
 REST, BATCH, ACCESS, BATCH_SLOW, DATED = 0, 1, 2, 3, 4   # DATED: a plain prefix, a valid time, another message
+ACCESS_BARE = 5     # an access line printed without a time (uvicorn's own format: vLLM's API server, SGLang's)
 
 INT_COLS = list(BATCH_INT_KEYS)
 FLOAT_COLS = list(BATCH_FLOAT_KEYS)

@@ -15,8 +15,10 @@ dated record ends the one, another starts the next: nothing of a record, its tim
 crosses the cut).  Elsewhere the group ends before the chunk (``ScanGroup.add``): the head of a chunk that
 is no record start (a line the reader took for one, a last line without its newline) stays unparsed as in
 the general path, where in one call the line above would have continued it.  The chunk-level facts (the
-release traits in a chunk's first records, clock steps backwards, the last time, the record that access
-lines without a time are dated by) are each chunk's in turn, over all its records in file order.
+release traits in a chunk's first records, clock steps backwards, the last time) are each chunk's in turn,
+over all its records in file order.  Access lines without a time (a vLLM API server's, uvicorn's) are bulk
+too: each is dated by the dated record before it in the file, over the group's rows, as the general path
+dates them chunk by chunk.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def _ahead_of_time() -> Any:
     module = scan_aot.load_or_build()
     return SimpleNamespace(bounds=module.bounds, scan=module.scan, gather=module.gather, REST=scan_layout.REST,
                            BATCH=scan_layout.BATCH, ACCESS=scan_layout.ACCESS, BATCH_SLOW=scan_layout.BATCH_SLOW,
-                           DATED=scan_layout.DATED, built_ahead=True)
+                           DATED=scan_layout.DATED, ACCESS_BARE=scan_layout.ACCESS_BARE, built_ahead=True)
 
 
 def _disable(e: BaseException) -> None:
@@ -217,11 +219,13 @@ class ScanGroup:
         ctx, slices = self.ctx, self.slices
         keep = pl.from_arrow(pa.chunked_array(self.keep_text, pa.large_string()))
         assert isinstance(keep, pl.Series)
-        record_ts = ctx.record_ts
         keep_lines = np.concatenate(self.keep_lines)
         collected = pl.concat(self.collected) if self.collected else None
+        # (access lines without a time are dated below, by the rows of the whole group: the general parser
+        # does not see every record before them)
         out = parse_chunk(keep, self.first_line, ctx, line_numbers=keep_lines.tolist(), whole=False,
-                          collected_ts=None if collected is None else collected.gather(keep_lines - self.first_line))
+                          collected_ts=None if collected is None else collected.gather(keep_lines - self.first_line),
+                          date_access=False)
         # the rows of every bulk line come from the scanner: the general parser's of those it saw are dropped
         seen = pl.Series(np.concatenate([s.seen for s in slices]))
         for table in ("batches", "http_requests"):
@@ -235,7 +239,7 @@ class ScanGroup:
         assert out.starts is not None
         _chunk_facts(out.starts, ctx, out, slices, self.chunks)
         out.starts = None
-        _record_time(out, ctx, self.chunks, record_ts)
+        _date_access(out, ctx)
         out.lines = self.lines
         self._start()
         return [out]
@@ -283,17 +287,25 @@ class _Slice:
     """One slice of a chunk's lines through the scanner: the rows of its bulk lines (``tables``), the lines
     the general parser reads (``keep``: indices in the chunk; every line that is not bulk, and every bulk
     line next to one or at the slice's ends), the bulk lines it reads too (``seen``: line numbers), and the
-    records it does not read, for the chunk's facts (``facts``: line, ts_dt, msg for the first ``head``)."""
+    records it does not read, for the chunk's facts (``facts``: line, ts_dt, msg for the first ``head`` with
+    a message).  ``bare``: access lines without a time are bulk too (their rows undated: the caller dates them,
+    ``date_bare``), else the general parser's."""
 
     def __init__(self, sc: Any, text: _Text, starts: np.ndarray, ends: np.ndarray, a: int, b: int,
-                 brackets: np.ndarray, ascii_all: bool, line_of: np.ndarray, ctx: FileContext, head: int) -> None:
+                 brackets: np.ndarray, ascii_all: bool, line_of: np.ndarray, ctx: FileContext, head: int,
+                 bare: bool = True) -> None:
         lo, hi = np.searchsorted(brackets, [starts[a], ends[b - 1]])
         kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart, rid, uranks = sc.scan(
             text.buf, starts[a:b], ends[a:b], brackets[lo:hi], ascii_all)
-        bulk = (kind == sc.BATCH) | (kind == sc.ACCESS)
+        undated = kind == sc.ACCESS_BARE
+        if not bare:
+            kind[undated] = sc.REST
+            undated[:] = False
+        dated = (kind == sc.BATCH) | (kind == sc.ACCESS)
+        bulk = dated | undated
         self.bulk = bool(bulk.any())
         # a plain SGLang prefix with a valid time (any message): a dated record start for the general parser
-        self.first_dated, self.last_dated = bool(kind[0] != sc.REST), bool(kind[-1] != sc.REST)
+        self.first_dated, self.last_dated = (bool(kind[k] != sc.REST and not undated[k]) for k in (0, -1))
         self.chunk = 0                                  # which chunk of its group (ScanGroup.add)
         # the bulk lines next to a line that may continue a record, or be continued (no plain prefix of its
         # own): the general parser reads them with it.  A line with a plain prefix and a valid time starts a
@@ -307,18 +319,22 @@ class _Slice:
         lines = line_of[a:b]
         self.keep = np.flatnonzero(~fast) + a
         self.seen = lines[bulk & near]
-        bi = np.flatnonzero(bulk)
-        ranks = _Ranks(text, bi, rank, rid, uranks)
+        ranks = _Ranks(text, np.flatnonzero(dated), rank, rid, uranks)     # (a bare line has none)
         self.rank_names = ranks.names
-        rows = _Bulk(ctx, text, bi, kind == sc.BATCH, lines, ts, spans, ranks)
+        rows = _Bulk(ctx, text, np.flatnonzero(bulk), kind == sc.BATCH, lines, ts, undated, spans, ranks)
         self.tables = {"batches": rows.batches(ival, ist, fval, fst, graph, flags), "http_requests": rows.access()}
         fi = np.flatnonzero(fast)
-        msgs = fi[:max(head, 0)]
-        self.messages = len(msgs)
+        told = ~undated[fi]                             # (a bare access line is a record without a message)
+        said = np.flatnonzero(told)[:max(head, 0)]
+        self.messages = len(said)
+        msgs = text.series(mstart[fi[said]], ends[a:b][fi[said]])
+        if not len(said) or said[-1] == len(said) - 1:     # the first fast lines (no bare one among them)
+            msgs = pl.concat([msgs, pl.repeat(None, len(fi) - len(said), dtype=pl.String, eager=True)])
+        else:
+            msgs = pl.repeat(None, len(fi), dtype=pl.String, eager=True).scatter(said, msgs)
         self.facts = pl.DataFrame({
-            "line": lines[fi], "ts_dt": pl.Series(ts[fi]).cast(pl.Datetime("us")),
-            "msg": pl.concat([text.series(mstart[msgs], ends[a:b][msgs]),
-                              pl.repeat(None, len(fi) - len(msgs), dtype=pl.String, eager=True)])})
+            "line": lines[fi], "msg": msgs,
+            "ts_dt": pl.from_arrow(pa.array(ts[fi], mask=~told).cast(pa.timestamp("us")))}).select("line", "ts_dt", "msg")
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -345,8 +361,8 @@ class _Text:
 
 
 class _Ranks:
-    """The rank text of each bulk line as dictionary indices (the scanner interns them; a chunk with too many
-    distinct ones is cut out line by line and encoded here)."""
+    """The rank text of each dated bulk line (``fi``) as dictionary indices (the scanner interns them; a chunk
+    with too many distinct ones is cut out line by line and encoded here)."""
 
     def __init__(self, text: _Text, fi: np.ndarray, rank: np.ndarray, rid: np.ndarray, uranks: np.ndarray) -> None:
         ids = rid[fi]
@@ -358,13 +374,15 @@ class _Ranks:
             self.names = text.arrow(uranks[:, 0].copy(), uranks[:, 1].copy()).to_pylist()
 
     def column(self, rows: np.ndarray) -> pa.DictionaryArray:
-        """The rank of the bulk lines ``rows`` (indices into the bulk lines)."""
+        """The rank of the dated bulk lines ``rows`` (indices into them)."""
         return pa.DictionaryArray.from_arrays(pa.array(self.ids[rows], pa.int32()),
-                                              pa.array(self.names, pa.string()))
+                                              pa.array(self.names, pa.string()), safe=False)
 
 
 def _constant(value: str, n: int) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
+    # (safe=False here and for the ranks and batch kinds: indices into the dictionary by construction, whose
+    # check by Arrow cost up to 12 ms per 300,000 rows)
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()), safe=False)
 
 
 def _in_line_order(general: Any, seen: pl.Series, rows: pa.Table) -> pa.Table:
@@ -380,19 +398,23 @@ def _in_line_order(general: Any, seen: pl.Series, rows: pa.Table) -> pa.Table:
 
 
 class _Bulk:
-    """The rows of the bulk lines (``fi``: their line indices; ``is_batch`` over every line)."""
+    """The rows of the bulk lines (``fi``: their line indices; ``is_batch`` and ``undated``, the access lines
+    without a time, over every line)."""
 
     def __init__(self, ctx: FileContext, text: _Text, fi: np.ndarray, is_batch: np.ndarray, line_of: np.ndarray,
-                 ts: np.ndarray, spans: np.ndarray, ranks: _Ranks) -> None:
+                 ts: np.ndarray, undated: np.ndarray, spans: np.ndarray, ranks: _Ranks) -> None:
         self.ctx, self.text, self.line_of, self.ts, self.spans, self.ranks = ctx, text, line_of, ts, spans, ranks
+        self.undated = undated
         which = is_batch[fi]
-        self.batch_at = np.flatnonzero(which)           # the batch lines' places among the bulk lines
+        self.batch_at = np.flatnonzero(which[~undated[fi]])     # the batch lines' places among the dated ones
         self.fb, self.fa = fi[which], fi[~which]
 
     def _head(self, rows: np.ndarray, file_col: str) -> dict[str, pa.Array]:
         n = len(rows)
+        undated = self.undated[rows]
+        ts = pa.array(self.ts[rows], mask=undated if undated.any() else None)    # (unset where undated)
         return {"engine": _constant(self.ctx.engine, n), file_col: _constant(self.ctx.path, n),
-                "line": pa.array(self.line_of[rows]), "ts": pa.array(self.ts[rows]).cast(pa.timestamp("us"))}
+                "line": pa.array(self.line_of[rows]), "ts": ts.cast(pa.timestamp("us"))}
 
     def batches(self, ival: np.ndarray, ist: np.ndarray, fval: np.ndarray, fst: np.ndarray, graph: np.ndarray,
                 flags: np.ndarray) -> pa.Table | None:
@@ -405,7 +427,7 @@ class _Bulk:
         cols = self._head(fb, "path")
         cols["rank"] = self.ranks.column(self.batch_at)
         cols["batch_kind"] = pa.DictionaryArray.from_arrays(pa.array((flags[fb, 0] != 1).astype(np.int32)),
-                                                            pa.array(["Prefill", "Decode"], pa.string()))
+                                                            pa.array(["Prefill", "Decode"], pa.string()), safe=False)
         cols["forward_iter"] = _masked(ival[fb, 0], ist[fb, 0])
         for k, c in enumerate(INT_COLS):
             cols[c] = _masked(ival[fb, 1 + k], ist[fb, 1 + k])
@@ -487,29 +509,40 @@ def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list
     ctx.last_ts = ts.filter(dated.get_column("chunk") == dated.get_column("chunk")[-1]).max()  # type: ignore[assignment]
 
 
-def _record_time(out: Parsed, ctx: FileContext, chunks: list[int], before: Any) -> None:
-    """The record access lines without a time of their own in later chunks are dated by, as
-    ``_date_bare_access`` keeps it chunk by chunk (``chunks``: their first lines): the dated record furthest
-    down the last chunk that has access lines and a dated record; where none has, ``before`` (as it was
-    before the group)."""
-    ctx.record_ts = before
-    access = out.tables.get("http_requests")
+def _date_access(out: Parsed, ctx: FileContext) -> None:
+    """The group's access rows without a time of their own (the scanner's, and the general parser's read
+    undated) dated as ``sglang_log._date_bare_access`` dates a chunk's, by the rows of the whole group (the
+    general parser did not see them all): by the dated record before each, else ``ctx.record_ts`` (the one
+    furthest down the chunks before), which is then the group's furthest down; one with an envelope time is
+    left for it.  Counted in ``out``."""
+    t = out.tables
+    access, batches, events = (t.get(name) for name in ("http_requests", "batches", "events"))
     if access is None or not len(access):
+        ctx.record_ts = sglang_log.last_record_ts([batches, events], ctx.record_ts)
         return
-    frames = [f if isinstance(f, pl.DataFrame) else pl.from_arrow(f.select(["line", "ts"]))
-              for f in (access, out.tables.get("batches"), out.tables.get("events")) if f is not None and len(f)]
-    for first, after in reversed(list(zip(chunks, [*chunks[1:], None], strict=True))):
-        at = pl.col("line") >= first
-        if after is not None:
-            at = at & (pl.col("line") < after)
-        if not frames[0].select(at.any()).item():         # (frames[0]: the access lines)
-            continue
-        ends = [f.filter(at & pl.col("ts").is_not_null())
-                .select(pl.col("line").max(), pl.col("ts").sort_by("line").last()).row(0) for f in frames]
-        ends = [r for r in ends if r[0] is not None]
-        if ends:
-            ctx.record_ts = max(ends)[1]
-            return
+    rows = _narrow(access, ["line", "ts", "collected_ts"])
+    dated = sglang_log._date_bare_access(rows, _narrow(batches, ["line", "ts"]), _narrow(events, ["line", "ts"]),
+                                         ctx, out).get_column("ts")
+    if not rows.get_column("ts").null_count():
+        return
+    if isinstance(access, pl.DataFrame):
+        t["http_requests"] = access.with_columns(dated.cast(access.schema["ts"]))
+    else:
+        at = access.schema.get_field_index("ts")
+        t["http_requests"] = access.set_column(at, "ts", dated.to_arrow().cast(access.schema.field(at).type))
+
+
+def _narrow(rows: Any, columns: list[str]) -> pl.DataFrame | None:
+    """The ``columns`` ``rows`` has (polars or Arrow) as a polars frame, not copied; None for no rows."""
+    if rows is None:
+        return None
+    names = rows.columns if isinstance(rows, pl.DataFrame) else rows.column_names
+    have = [c for c in columns if c in names]
+    if isinstance(rows, pl.DataFrame):
+        return rows.select(have)
+    out = pl.from_arrow(rows.select(have))
+    assert isinstance(out, pl.DataFrame)
+    return out
 
 
 def _masked(values: np.ndarray, status: np.ndarray) -> pa.Array:

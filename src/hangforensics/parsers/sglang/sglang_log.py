@@ -489,7 +489,7 @@ def _one_failure_summary(kind: pl.Series, body: pl.Series, file: pl.Series | Non
 def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
                 line_numbers: list[int] | None = None, collected_ts: list[datetime | None] | None = None,
                 whole: bool = True, head_what: bool = False, files: list[int] | None = None,
-                references: list[datetime] | None = None) -> Parsed:
+                references: list[datetime] | None = None, date_access: bool = True) -> Parsed:
     """Parse a chunk of complete records; line numbers start at ``first_line``.
 
     The payload of an envelope gives ``line_numbers``, the physical line of each line (not consecutive
@@ -500,7 +500,8 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     the lines are not a file's head (``classify``).  ``files``: the lines are several files' (each line's
     file, ``ingest.batch_parse``), each read as if alone: its head (the lines before its first record) its
     own, no record running into the next file, times filled from the nearest dated record of the same file,
-    else from that file's ``references`` (its modification time).
+    else from that file's ``references`` (its modification time).  ``date_access=False``: access lines without
+    a time of their own are left undated (their caller sees records this call does not: ``sglang_fast``).
     """
     df = _classify(lines, head_what, first_line, collected_ts, files)
     if files is not None and references is not None:
@@ -524,8 +525,11 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     events = _apply_record_rows(events, rows)
     out.tables["events"] = events
     if "access" in present:
-        out.tables["http_requests"] = _date_bare_access(_access_rows(starts, ctx), batches, events, ctx, out,
-                                                        None if files is None else (first_line, files))
+        access = _access_rows(starts, ctx)
+        out.tables["http_requests"] = access if not date_access else _date_bare_access(
+            access, batches, events, ctx, out, None if files is None else (first_line, files))
+    elif date_access and files is None:
+        ctx.record_ts = last_record_ts([batches, events], ctx.record_ts)
     out.tables["leak_reports"] = rows.leaks
     out.tables["stacks"] = rows.stacks
     out.tables["frames"] = rows.frames
@@ -760,12 +764,24 @@ def _date_bare_access(access: pl.DataFrame, batches: pl.DataFrame | None, events
         out.dated_by_previous = access.select((bare & pl.col("_prev").is_not_null()).sum()).item()
         access = access.with_columns(pl.when(bare).then(pl.col("_prev")).otherwise(pl.col("ts")).alias("ts")) \
             .drop("_prev")
-    last = [f.filter(pl.col("ts").is_not_null()).select(pl.col("line").max(), pl.col("ts").sort_by("line").last())
-            .row(0) for f in frames]
-    last = [r for r in last if r[0] is not None]
-    if last:
-        ctx.record_ts = max(last)[1]                 # the dated record furthest down the file
+    ctx.record_ts = last_record_ts(frames, ctx.record_ts)
     return access
+
+
+def last_record_ts(frames: list[Any], before: datetime | None) -> datetime | None:
+    """The time of the dated row furthest down ``frames`` (tables with line and ts: polars or Arrow), or
+    ``before`` where none has one: the record the next chunk's access lines without a time are dated by."""
+    last = []
+    for f in frames:
+        if f is None or not len(f):
+            continue
+        if not isinstance(f, pl.DataFrame):
+            f = pl.from_arrow(f.select(["line", "ts"]))
+            assert isinstance(f, pl.DataFrame)
+        last.append(f.filter(pl.col("ts").is_not_null()).select(pl.col("line").max(),
+                                                                 pl.col("ts").sort_by("line").last()).row(0))
+    last = [r for r in last if r[0] is not None]
+    return max(last)[1] if last else before     # (by line: the dated record furthest down the file)
 
 
 _DETAILED = sorted(DETAILED)

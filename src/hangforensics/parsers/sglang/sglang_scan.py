@@ -7,7 +7,9 @@ cached) walks each line's bytes once and takes only lines it can read with certa
 * an ASCII line that starts with a plain SGLang prefix ``[YYYY-MM-DD HH:MM:SS( RANKS)*]`` with a valid
   time and no other record's prefix after its first character (no interleaving);
 * whose message is a batch line (``(Prefill|Decode) batch( [N])?[.,] ``) or an access line that the
-  access regex reads (``LEVEL:  client - "METHOD path HTTP/x" status``).
+  access regex reads (``LEVEL:  client - "METHOD path HTTP/x" status``);
+* or an ASCII access line without a prefix, maybe after a vLLM process's tag, as BARE_ACCESS and the access
+  regex both read it (``ACCESS_BARE``: no time; it is dated by the record before it, ``sglang_fast``).
 
 Every value is found exactly as the general parser's regexes find it (the first ``, key: value`` of
 each column's keys, leftmost-first like the regex); a value it cannot type with certainty (not a plain
@@ -23,6 +25,7 @@ from numba import njit as _numba_njit
 
 from .scan_layout import (  # noqa: F401
     ACCESS,
+    ACCESS_BARE,
     BATCH,
     BATCH_SLOW,
     DATED,
@@ -93,6 +96,7 @@ def _key_lut() -> tuple[np.ndarray, np.ndarray]:
 
 KEY_LUT, KEY_NEXT = _key_lut()
 _LEVELS = np.frombuffer(b"INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL", np.uint8).copy()
+_BARE_LEVELS = np.frombuffer(b"INFO|WARNING|ERROR", np.uint8).copy()
 _ATTN_CP = np.frombuffer(b"ATTN_CP", np.uint8).copy()
 _MOE_DP = np.frombuffer(b"MOE_DP", np.uint8).copy()
 _PREFILL = np.frombuffer(b"Prefill batch", np.uint8).copy()
@@ -184,10 +188,15 @@ def _fraction(buf, p: int, end: int):
 
 
 @njit(inline="always")
+def _word_char(c: int) -> bool:
+    """``\\w`` (ASCII)."""
+    return _digit(c) | ((c >= 65) & (c <= 90)) | ((c >= 97) & (c <= 122)) | (c == 95)
+
+
+@njit(inline="always")
 def _tag_char(c: int) -> bool:
     """A character of a word of a Ray tag's name: ``[\\w.:\\[\\]=-]`` (ASCII)."""
-    return (_digit(c) | ((c >= 65) & (c <= 90)) | ((c >= 97) & (c <= 122)) | (c == 95) | (c == 46) | (c == 58)
-            | (c == 91) | (c == 93) | (c == 61) | (c == 45))
+    return _word_char(c) | (c == 46) | (c == 58) | (c == 91) | (c == 93) | (c == 61) | (c == 45)
 
 
 @njit(inline="always")
@@ -234,6 +243,24 @@ def _actor_end(buf, s: int, end: int) -> int:
     while p < end and _space(buf[p]):
         p += 1
     return p
+
+
+@njit(inline="always")
+def _bare_tag_end(buf, s: int, end: int) -> int:
+    """Where the line goes on after BARE_ACCESS's process tag ``\\(\\w+ pid=\\d+\\) `` at ``s`` (vLLM's
+    ``(APIServer pid=N) ``: one word, one space after it), or -1."""
+    p = s + 1
+    while p < end and _word_char(buf[p]):
+        p += 1
+    if p == s + 1 or p >= end or buf[p] != 32 or not _pid_at(buf, p + 1, end):
+        return -1
+    p += 5
+    q = p
+    while p < end and _digit(buf[p]):
+        p += 1
+    if p == q or p + 1 >= end or buf[p] != 41 or buf[p + 1] != 32:
+        return -1
+    return p + 2
 
 
 @njit(inline="always")
@@ -489,11 +516,26 @@ def _access(buf, ms: int, end: int, spans, row: int) -> int:
 
 
 
+@njit(inline="always")
+def _bare(buf, s: int, end: int, spans, row: int) -> int:
+    """An access line without a prefix at ``s`` (``ACCESS_BARE``), as the general parser types one: BARE_ACCESS
+    (its tag, one of its levels) and the access regex after the tag (``_access``); else REST."""
+    p = s
+    if p < end and buf[p] == 40:
+        p = _bare_tag_end(buf, s, end)
+        if p < 0:
+            return REST
+    n = _word(buf, p, end, _BARE_LEVELS)
+    if n == 0 or p + n >= end or buf[p + n] != 58:
+        return REST
+    return ACCESS_BARE if _access(buf, p, end, spans, row) == ACCESS else REST
+
+
 @njit(nogil=True)
 def scan(buf, starts, ends, brackets, ascii_all):
     """Per line [starts[i], ends[i]) of ``buf`` (the line ending excluded): kind, time (us) and stripped
     rank span of bulk lines, the typed fields of batch lines, the field spans of access lines, and where
-    the message starts.  ``brackets``: the offsets of every '[' in ``buf``; ``ascii_all``: ``buf`` is
+    the message starts (``ACCESS_BARE``: spans only).  ``brackets``: the offsets of every '[' in ``buf``; ``ascii_all``: ``buf`` is
     ASCII (no line needs its own test).  The rank spans of bulk lines are also interned: ``rid`` numbers
     each line's rank text in ``uranks`` (spans of its first occurrence; -1 on every line: too many)."""
     n = len(starts)
@@ -516,13 +558,16 @@ def scan(buf, starts, ends, brackets, ascii_all):
     last = -1
     b = 0
     for row in range(n):
-        s, e = starts[row], ends[row]
+        s0 = s = starts[row]
+        e = ends[row]
         if buf[s] == 40:                        # '(': a Ray actor's tag may lead the prefix
             s = _actor_end(buf, s, e)
         while b < len(brackets) and brackets[b] <= s:
             b += 1
         if _plain(buf, s, e, brackets, b, ascii_all):
             k = _line(buf, s, e, row, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart)
+            if k == REST:
+                k = _bare(buf, s0, e, spans, row)
             kind[row] = k
             if (k == BATCH or k == ACCESS) and nu >= 0:  # noqa: SIM109 (numba: plain comparisons)
                 ra, rb = rank[row, 0], rank[row, 1]
