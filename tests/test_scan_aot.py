@@ -20,9 +20,9 @@ def _valid(result: tuple) -> list[np.ndarray]:
     status says: the rest is whatever the memory held)."""
     kind, ts, rank, ival, ist, fval, fst, graph, flags, spans, mstart, rid, uranks = result
     bulk = (kind == sglang_scan.BATCH) | (kind == sglang_scan.ACCESS) | (kind == sglang_scan.BATCH_SLOW)
-    access = kind == sglang_scan.ACCESS
-    return [kind, np.where(bulk, ts, 0), np.where(bulk[:, None], rank, 0), np.where(ist == 1, ival, 0), ist,
-            np.where(fst == 1, fval, 0), fst, graph, flags, np.where(access[:, None], spans, 0),
+    access = (kind == sglang_scan.ACCESS) | (kind == sglang_scan.ACCESS_BARE)    # (their spans)
+    return [kind, np.where(bulk, ts, 0), np.where(bulk[None, :], rank, 0), np.where(ist == 1, ival, 0), ist,
+            np.where(fst == 1, fval, 0), fst, graph, flags, np.where(access[None, :], spans, 0),
             np.where(bulk, mstart, 0), rid, uranks]
 
 
