@@ -37,7 +37,7 @@ def _corpus_lines(n: int, seed: int) -> list[str]:
 def test_the_common_kind_told_first_gives_the_tables_answer() -> None:
     texts = _corpus_lines(3000, 1)
     assert len(texts) > FEW
-    plain, common = KindTable(NON_PREFIXED_KINDS, None), KindTable(NON_PREFIXED_KINDS, None, common="access")
+    plain, common = KindTable(NON_PREFIXED_KINDS, None), KindTable(NON_PREFIXED_KINDS, None, common=("access",))
     series = pl.Series(texts, dtype=pl.String)
     got = common.kinds(series)
     assert list(got) == list(plain.kinds(series))
@@ -49,6 +49,24 @@ def test_a_pattern_before_the_common_one_still_wins() -> None:
     table = [("health", r'"GET /health'), ("access", BARE_ACCESS), ("post", r"POST")]
     texts = _corpus_lines(1000, 2) + [None]         # (a null value: the default)
     series = pl.Series(texts, dtype=pl.String)
-    got = list(KindTable(table, "other", common="access").kinds(series))
+    got = list(KindTable(table, "other", common=("access",)).kinds(series))
     assert got == [*_first_match(table, "other", texts[:-1]), "other"]
     assert "health" in got and "access" in got and "post" in got
+
+
+def test_several_common_kinds_told_in_turn_give_the_tables_answer() -> None:
+    """A training job's step lines and a server's access lines, each kind told in turn by its own pattern on
+    the texts the kinds before it left: the table's answer, also where a pattern between the two, or before
+    the first, matches a step line first."""
+    r = random.Random(3)
+    steps = [f"2026-12-04 10:00:{k % 60:02d},{k % 1000:03d} INFO [rank{k % 8}] step {k} done" for k in range(2000)]
+    posts = [f"2026-12-04 10:00:00,000 POST step {k}" for k in range(300)]
+    texts = _corpus_lines(1500, 4) + steps + posts
+    r.shuffle(texts)
+    table = [("health", r'"GET /health'), ("access", BARE_ACCESS), ("post", r"POST"), ("step", r"\bstep \d+")]
+    series = pl.Series(texts, dtype=pl.String)
+    got = list(KindTable(table, "other", common=("access", "step")).kinds(series))
+    assert got == _first_match(table, "other", texts)
+    assert got.count("step") >= 2000 and got.count("post") >= 300 and got.count("access") >= 1500
+    real = list(KindTable(NON_PREFIXED_KINDS, None, common=("access", "train_step")).kinds(series))
+    assert real == list(KindTable(NON_PREFIXED_KINDS, None).kinds(series)) and real.count("train_step") >= 2000

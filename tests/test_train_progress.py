@@ -4,13 +4,17 @@ last steps time a freeze, a slow job is not stuck, and a line with no time is le
 
 from __future__ import annotations
 
+import json
+import random
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
+import polars as pl
 from conftest import analyze_folder, by_rule
 
 from hangforensics import api
-from hangforensics.parsers.torch_jobs.train_steps import step_line
+from hangforensics.parsers.torch_jobs.train_steps import step_fixes, step_line
 
 TIMEOUT = ("[rank{r}]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
            "Timed out waiting 20000ms for recv operation to complete")
@@ -30,6 +34,60 @@ def test_step_lines_in_the_shapes_jobs_log_them() -> None:
     assert (ts.isoformat(), rank, attrs) == ("2024-05-03T10:12:11", None, {"step": 10})
     ts, rank, attrs = step_line("[rank0]: 2025-01-07 08:00:01.250 | INFO | train:77 - Step: 120, loss 1.73")
     assert (ts.isoformat(), rank, attrs) == ("2025-01-07T08:00:01.250000", 0, {"step": 120})
+
+
+def _step_lines(r: random.Random, n: int) -> list[str]:
+    """Progress lines in the shapes jobs log them, with what makes each field absent or odd: no rank, a
+    rank in words ('rank12'), leading zeros, a time polars and strptime refuse (Feb 30, hour 24, year 0),
+    fractions of 1-9 digits, 'Iteration'/'STEP'/'iter' and a step word that is part of another ('steps')."""
+    out = []
+    for _ in range(n):
+        date = r.choice(["2026-12-04", "2024-02-29", "2026-02-30", "0000-01-01", "2025-13-01"])
+        time = r.choice(["15:46:59", "00:00:00", "24:00:00", "23:59:60", "08:05:01"])
+        frac = r.choice(["", ",316", ".5", ".123456789", ",000001"])
+        pre = r.choice(["", "[rank0]:", "[rank17]: ", "["])
+        rank = r.choice(["", "[rank1] ", "rank12 ", "[rank007] ", "worker-rank3 "])
+        word = r.choice(["step", "Step:", "STEP=", "iteration", "Iteration #", "iter", "steps", "stepping"])
+        num = r.choice(["3", "0", "007", "120", "99999999999999999999"])
+        sep = r.choice([" ", "T"])
+        close = "]" if pre.endswith("[") else ""
+        out.append(f"{pre}{date}{sep}{time}{frac}{close} INFO {rank}{word} {num}/100 loss={r.random():.3f}")
+    return out
+
+
+def test_many_step_lines_read_at_once_as_one_by_one() -> None:
+    """``step_fixes`` (a job's step lines read at once, polars) gives each line what ``step_line`` gives it
+    (Python's ``re`` and ``strptime``): its time, where the record has none; its rank as 'rankN', where the
+    record has none; its step as the event's attrs."""
+    r = random.Random(4)
+    lines = _step_lines(r, 3000)
+    ranks = [r.choice([None, "", " TP0"]) for _ in lines]
+    dated = [r.random() < 0.1 for _ in lines]
+    got = step_fixes(pl.DataFrame({"line": range(len(lines)), "body": lines, "ranks": ranks,
+                                   "ts_dt": [None] * len(lines)}).with_columns(
+        pl.when(pl.Series(dated)).then(pl.lit(None, dtype=pl.Datetime("us")).fill_null(pl.datetime(2020, 1, 1)))
+        .alias("ts_dt")))
+    want = []
+    for k, (line, rank) in enumerate(zip(lines, ranks, strict=True)):
+        ts, n, attrs = step_line(line)
+        want.append((k, json.dumps(attrs) if attrs else None, None if dated[k] else ts,
+                     f"rank{n}" if n is not None and not (rank or "").strip() else None))
+    assert got.rows() == want
+    assert sum(1 for w in want if w[1]) > 1000 and sum(1 for w in want if w[2]) > 500
+
+
+def test_a_long_jobs_step_lines_read_at_once_are_its_progress(tmp_path: Path) -> None:
+    """A job's log of thousands of step lines (read at once, not line by line): each is progress, with its
+    rank, time and step, as a short log's few are."""
+    lines = [f"2026-12-04 10:{k // 600:02d}:{k // 10 % 60:02d},{k % 10}00 INFO [rank{k % 4}] step {k // 4} done"
+             for k in range(6000)]
+    db = tmp_path / "h.duckdb"
+    api.ingest([_job(tmp_path, lines)], db=db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT rank, ts, attrs FROM events WHERE kind = 'train_step' ORDER BY line").fetchall()
+        progress = con.execute("SELECT count(*) FROM progress WHERE batch_kind = 'step'").fetchone()[0]
+    assert len(rows) == 6000 and progress == 6000
+    assert rows[4001] == ("rank1", datetime(2026, 12, 4, 10, 6, 40, 100000), '{"step": 1000}')
 
 
 def test_step_lines_become_progress_and_undated_ones_do_not(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import polars as pl
 from ..datetimes import datetime_lit, datetime_series
 from ..kind_table import KindTable
 from ..linemap import LineMap
+from ..torch_jobs import train_steps
 from ..torch_jobs.torch_job import CHILD_FAILED_ALWAYS
 from ..vllm import vllm_log
 from .sglang_batches import batch_rows
@@ -181,7 +182,7 @@ def _scatter(name: str, height: int, where: pl.Series, values: pl.Series, dtype:
 
 
 _MESSAGE_TABLE = KindTable(MESSAGE_KINDS, "log")
-_NON_PREFIXED_TABLE = KindTable(NON_PREFIXED_KINDS, None, common="access")
+_NON_PREFIXED_TABLE = KindTable(NON_PREFIXED_KINDS, None, common=("access", "train_step"))
 
 _TEXT = pl.col("text")
 _BODY = pl.col("body")
@@ -820,6 +821,11 @@ def _detailed_rows(records: pl.DataFrame | None, lines: pl.Series, ctx: FileCont
     rows = RecordRows(ctx.engine, ctx.path)
     if records is None or not records.height:
         return rows
+    # a job's step lines (its log is mostly those): read at once, as ``train_steps.step_line`` reads each
+    steps = (pl.col("kind") == "train_step") & pl.col("body").str.contains(r"^[\x00-\x7f]*$")
+    if records.select(steps.any()).item():
+        rows.fixes = train_steps.step_fixes(records.filter(steps))
+        records = records.filter(~steps)
     for r in records.iter_rows(named=True):
         i0 = r["i"]
         i1 = r["i_end"] if r["i_end"] is not None else i0
@@ -833,10 +839,17 @@ def _detailed_rows(records: pl.DataFrame | None, lines: pl.Series, ctx: FileCont
 
 def _apply_record_rows(events: pl.DataFrame, rows: RecordRows) -> pl.DataFrame:
     """The events with what the detailed records found: attrs, glog times and torch ranks, extra events."""
-    if (rows.attrs or rows.ts or rows.rank) and events.height <= SMALL_ROWS \
+    fixes = rows.fixes
+    if fixes is not None and fixes.height <= SMALL_ROWS:     # a few: as the other records' (dicts)
+        for line, attrs, ts, rank in fixes.iter_rows():
+            for found, value in ((rows.attrs, attrs), (rows.ts, ts), (rows.rank, rank)):
+                if value is not None:
+                    found[line] = value
+        fixes = None
+    if (rows.attrs or rows.ts or rows.rank) and fixes is None and events.height <= SMALL_ROWS \
             and all(t is None or t.tzinfo is None for t in rows.ts.values()):
         events = _fixed_few(events, rows)
-    elif rows.attrs or rows.ts or rows.rank:
+    elif rows.attrs or rows.ts or rows.rank or fixes is not None:
         fix = pl.DataFrame({"line": list(set(rows.attrs) | set(rows.ts) | set(rows.rank))},
                            schema={"line": pl.Int64})
         fix = fix.with_columns(
@@ -844,6 +857,8 @@ def _apply_record_rows(events: pl.DataFrame, rows: RecordRows) -> pl.DataFrame:
             pl.col("line").replace_strict(rows.ts, default=None, return_dtype=pl.Datetime("us")).alias("_ts"),
             pl.col("line").replace_strict(rows.rank, default=None, return_dtype=pl.String).alias("_rank"),
         )
+        if fixes is not None:
+            fix = pl.concat([fix, fixes.cast({"line": pl.Int64, "_ts": pl.Datetime("us")})])
         events = _collect(events.lazy().join(fix.lazy(), on="line", how="left").with_columns(
             pl.coalesce("_attrs", "attrs").alias("attrs"),
             pl.coalesce(pl.col("ts").cast(pl.Datetime("us")), "_ts").alias("ts"),

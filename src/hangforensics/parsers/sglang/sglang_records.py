@@ -52,6 +52,7 @@ class RecordRows:
     frames: list[dict[str, Any]] = field(default_factory=list)
     unparsed: list[dict[str, Any]] = field(default_factory=list)
     collective_records: list[dict[str, Any]] = field(default_factory=list)
+    fixes: Any = None       # event fixes of many records read at once: line, _attrs, _ts, _rank (polars)
 
     def dump(self, dump: pyspy.Dump, rec: Record, ts: datetime | None, rank: str, first_line: int,
              texts: list[str]) -> None:
