@@ -148,9 +148,9 @@ def _glog_time(m: re.Match[str], context: datetime) -> datetime | None:
         year -= 1
     elif context.month - month > 6:
         year += 1
-    frac = (m.group("frac") + "000000")[:6]
-    try:
-        return datetime.strptime(f"{year:04d}-{month:02d}-{day:02d} {m.group('hms')}.{frac}", "%Y-%m-%d %H:%M:%S.%f")
+    hh, mi, ss = m.group("hms").split(":")
+    try:        # (what strptime's '%Y-%m-%d %H:%M:%S.%f' reads of these digits, at a tenth of its cost)
+        return datetime(year, month, day, int(hh), int(mi), int(ss), int((m.group("frac") + "000000")[:6]))
     except ValueError:
         return None
 
