@@ -172,10 +172,61 @@ def test_a_cri_chunk_with_partial_lines_is_left_to_the_layer() -> None:
     lines = ["2026-03-02T08:00:00Z stdout P first half, ", "2026-03-02T08:00:00Z stdout F second half"]
     assert as_column("cri", lines) is None
     assert as_column("cri", lines[1:]) == line_by_line("cri", lines[1:])
-    assert columnar.columnar_layer(("syslog",), ("3164",)) is None          # year-less times: line by line
     assert columnar.columnar_layer(("compose", "kubectl"), ("", "")) is None
-    assert columnar.columnar_layer(("journald",), ("short",)) is None
     assert columnar.columnar_layer(("kubectl",), ("",)) == "kubectl"
+
+
+# -- times without a year (journald's default 'short', RFC 3164): the file's year, carried from chunk to chunk --
+YEARLESS = {"journald:short": EnvelopeStack(("journald",), ("short",)), "syslog:3164": EnvelopeStack(("syslog",), ("3164",))}
+month = st.sampled_from(["Jan", "Feb", "Feb", "Mar", "Jun", "Jul", "Dec", "Dec", "Foo"])
+yearless_stamp = st.builds(lambda mo, d, h, mi, sec, f: f"{mo} {d:>2} {h}:{mi}:{sec}{f}", month,
+                           st.sampled_from(["1", "9", "28", "29", "30", "31", "32", "05"]),
+                           st.sampled_from(["00", "09", "23", "24"]), st.sampled_from(["00", "59", "60"]),
+                           st.sampled_from(["00", "30", "59", "60", "61"]),
+                           st.sampled_from(["", ".5", ",123456789", "."]))
+yearless_line = st.one_of(st.builds(lambda pri, t, host, tag, s, p: f"{pri}{t}{host} {tag}{s}{p}",
+                                    st.sampled_from(["", "<14>"]), yearless_stamp,
+                                    st.sampled_from([" h100", "", " a b"]),
+                                    st.sampled_from(["sglang[123]:", "python3:", "sglang[x]:", "s[1]"]), sep, text),
+                          text)
+
+
+def _fed(stack: EnvelopeStack, chunks: list[list[str]], hint: object, column: bool) -> list[tuple]:
+    """Each chunk's payload and times, fed one after the other to one unwrapper (as lists: line by line)."""
+    u = Unwrapper(stack, year_hint=hint)
+    out = []
+    for chunk in chunks:
+        got = u.feed(pl.Series(chunk, dtype=pl.String) if column else list(chunk), 1)
+        ts = got.collected_ts
+        out.append((list(got.payload), ts.to_list() if isinstance(ts, pl.Series) else list(ts)))
+    return out
+
+
+@pytest.mark.parametrize("key", list(YEARLESS))
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_property_a_yearless_column_unwraps_as_the_layer_does_chunk_after_chunk(key: str, data: st.DataObject) -> None:
+    """The year of each time as ``times._Years`` gives it line after line, over chunks fed one after the other
+    (the state carried): a chunk that stays within the year is read as a column, one that steps half a year
+    (New Year, a jump) line by line, and the next chunk carries on from either alike."""
+    chunks = data.draw(st.lists(st.lists(yearless_line, min_size=1, max_size=12), min_size=1, max_size=3))
+    hint = data.draw(st.sampled_from([None, 2026, datetime(2026, 1, 3), datetime(2025, 12, 30, 23, 0), datetime(2024, 6, 1)]))
+    assert _fed(YEARLESS[key], chunks, hint, column=True) == _fed(YEARLESS[key], chunks, hint, column=False)
+
+
+def test_a_yearless_log_is_read_as_a_column_until_it_crosses_new_year() -> None:
+    """journald's ``short`` lines of one year are a column (the times the layer gives); a chunk across New Year
+    is left to the layer, which moves to the next year; the chunk after it is a column again, in that year."""
+    t0 = datetime(2025, 12, 31, 23, 58)
+    lines = [f"{(t0 + timedelta(seconds=7 * i)):%b %d %H:%M:%S} h sglang[1]: line {i}" for i in range(60)]
+    u = Unwrapper(EnvelopeStack(("journald",), ("short",)), year_hint=datetime(2025, 12, 31))
+    assert u.columnar == "journald:short"
+    first = columnar.unwrap_column(u.columnar, pl.Series(lines[:10]), u.years)
+    assert first is not None and first[1].to_list()[-1] == datetime(2025, 12, 31, 23, 59, 3)
+    assert columnar.unwrap_column(u.columnar, pl.Series(lines[10:30]), u.years) is None    # (crosses midnight)
+    u.feed(lines[10:30], 11)                                                           # (line by line)
+    last = columnar.unwrap_column(u.columnar, pl.Series(lines[30:]), u.years)
+    assert last is not None and last[1].to_list()[0] == datetime(2026, 1, 1, 0, 1, 30)
 
 
 # -- through ingest: the same rows whichever way the chunks are unwrapped --------------------------------------
@@ -188,8 +239,10 @@ def wrapped_log(key: str) -> list[str]:
     out = []
     for i, s in enumerate(w.lines):
         t = (t0 + timedelta(milliseconds=731 * i)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-2]
+        short = (t0 + timedelta(milliseconds=731 * i)).strftime("%b %d %H:%M:%S")     # (no year, no zone)
         prefix = {"kubectl": f"{t}+05:30 ", "cri": f"{t}-01:00 stdout F ",
-                  "syslog": f"<14>1 {t}+05:30 h100 sglang 7 - - ", "journald": f"{t}+0530 h100 sglang[7]: "}[key]
+                  "syslog": f"<14>1 {t}+05:30 h100 sglang 7 - - ", "journald": f"{t}+0530 h100 sglang[7]: ",
+                  "journald-short": f"{short} h100 sglang[7]: ", "syslog-3164": f"<14>{short} h100 sglang[7]: "}[key]
         out.append(s if i % 17 == 5 else prefix + s)        # a few lines without the prefix: kept whole
     if key == "cri":                                        # a long line split in two parts: that chunk by line
         out[40:41] = [out[40][:60].replace(" F ", " P ", 1), out[40][:35] + out[40][60:]]
@@ -203,7 +256,7 @@ def rows(db: Store) -> dict[str, list[tuple]]:
                 "SELECT path, envelope, parsed_lines, unparsed_lines, read_bytes, status, note FROM sources").fetchall()}
 
 
-@pytest.mark.parametrize("key", ["kubectl", "cri", "syslog", "journald"])
+@pytest.mark.parametrize("key", ["kubectl", "cri", "syslog", "journald", "journald-short", "syslog-3164"])
 def test_a_wrapped_log_gives_the_same_rows_as_a_column_or_line_by_line(key: str, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "eng"
@@ -214,9 +267,10 @@ def test_a_wrapped_log_gives_the_same_rows_as_a_column_or_line_by_line(key: str,
     seen: list[int] = []
     real = columnar.unwrap_column
 
-    def counted(k: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | None:
-        seen.append(len(lines))
-        return real(k, lines)
+    def counted(k: str, lines: pl.Series, *years: object) -> tuple[pl.Series, pl.Series] | None:
+        got = real(k, lines, *years)
+        seen.append(len(lines) if got is not None else 0)
+        return got
 
     monkeypatch.setattr("hangforensics.readers.envelopes.unwrap.unwrap_column", counted)
     got = {}
@@ -226,8 +280,8 @@ def test_a_wrapped_log_gives_the_same_rows_as_a_column_or_line_by_line(key: str,
         with Store(":memory:") as db:
             ingest_paths(db, [folder], mode="engine")
             got[way] = rows(db)
-    assert len(seen) > 3                                   # chunk by chunk, as a column
-    assert got["column"]["sources"][0][1] == key
+    assert sum(1 for n in seen if n) > 3                   # chunk by chunk, as a column
+    assert got["column"]["sources"][0][1] == key.split("-")[0]
     assert sum(1 for r in got["column"]["http_requests"] if r[-1] is not None) > 20   # collected times kept
     assert got["column"] == got["line"]
 
@@ -251,9 +305,9 @@ def test_rsyslogs_own_rfc5424_output_gives_the_findings_of_the_plain_log(tmp_pat
     seen: list[int] = []
     real = columnar.unwrap_column
 
-    def counted(k: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | None:
+    def counted(k: str, lines: pl.Series, *years: object) -> tuple[pl.Series, pl.Series] | None:
         seen.append(len(lines))
-        return real(k, lines)
+        return real(k, lines, *years)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("hangforensics.readers.envelopes.unwrap.unwrap_column", counted)
@@ -290,9 +344,10 @@ def test_rays_own_driver_output_gives_the_findings_of_the_plain_log(tmp_path: Pa
         (folder / "server.log").write_bytes((REAL / "ray-driver" / form / "server.log").read_bytes())
         seen: list[str] = []
 
-        def counted(k: str, lines: pl.Series, seen: list[str] = seen) -> tuple[pl.Series, pl.Series] | None:
+        def counted(k: str, lines: pl.Series, *years: object, seen: list[str] = seen
+                    ) -> tuple[pl.Series, pl.Series] | None:
             seen.append(k)
-            return columnar.unwrap_column(k, lines)
+            return columnar.unwrap_column(k, lines, *years)
 
         with pytest.MonkeyPatch.context() as mp, Store(":memory:") as db:
             mp.setattr("hangforensics.readers.envelopes.unwrap.unwrap_column", counted)

@@ -31,8 +31,15 @@ PATTERNS = {
                rf'{_NOT_SPACE}+ (?:-|(?:\[(?:[^\]\\"]|\\.|"(?:[^"\\]|\\.)*")*\])+)(?: \x{{FEFF}}?|$))'),
     "journald": rf"^(?P<pre>{_ISO}{_ZONE} {_NOT_SPACE}+ {_TAG}(?: |$))",
 }
-# the variants of those layers read as a column (the others' times have no year: read line by line)
+# the variants of those layers read as a column
 VARIANTS = {"syslog": ("", "5424"), "journald": ("short-iso",)}
+# ... and those whose time has no year (journald's default ``short``, RFC 3164): the year is the file's
+# (``times._Years``), read as a column where no line steps half a year from the latest before it
+_MON = "(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_YEARLESS_TIME = (rf"{_MON} {{1,2}}(?P<day>{_D}{{1,2}}) (?P<clock>{_D}{{2}}:{_D}{{2}}:{_D}{{2}})"
+                  rf"(?:[.,](?P<frac>{_D}{{1,9}}))? (?:{_NOT_SPACE}+ )?{_TAG}(?: |$)")
+YEARLESS = {("journald", ""): rf"^(?P<pre>{_YEARLESS_TIME})", ("journald", "short"): rf"^(?P<pre>{_YEARLESS_TIME})",
+            ("syslog", "3164"): rf"^(?P<pre><{_D}{{1,3}}>{_YEARLESS_TIME})"}
 
 # docker's json-file driver, an entry per line in the driver's own key order, its text a whole line with the
 # escapes Go's encoder writes in a line's text (HTML's <, > and &, ESC, the line separators) and no newline
@@ -79,16 +86,23 @@ def columnar_layer(layers: tuple[str, ...], params: tuple[str, ...]) -> str | No
         return name
     if name == "docker_json" and not param:
         return name
+    if (name, param) in YEARLESS:
+        return f"{name}:{param or 'short'}"
     if name not in PATTERNS or param not in VARIANTS.get(name, (param,)):
         return None
     return name
 
 
-def unwrap_column(key: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | None:
+def unwrap_column(key: str, lines: pl.Series, years: Any = None) -> tuple[pl.Series, pl.Series] | None:
     """(payload, collected time) of ``lines`` behind the ``key`` layer: a line without the prefix is kept
     whole with no time; a time that is no valid date is none.  None when the column cannot be unwrapped
-    alone (a CRI line split into partial ``P`` parts: the layer rejoins them line by line)."""
+    alone (a CRI line split into partial ``P`` parts: the layer rejoins them line by line; a year-less time
+    that steps half a year: ``years``, the file's ``times._Years``, dates those line by line)."""
     import polars as pl
+
+    if ":" in key:                                  # a year-less variant: 'journald:short', 'syslog:3164'
+        name, param = key.split(":")
+        return _yearless(lines, YEARLESS[(name, param)], years)
 
     if all(k in UNTIMED for k in key.split("+")):   # (outermost first: Ray's console, its colours then its tag)
         payload = lines
@@ -107,6 +121,50 @@ def unwrap_column(key: str, lines: pl.Series) -> tuple[pl.Series, pl.Series] | N
         .alias("payload"),
         _collected_time(pl.col("base"), pl.col("frac"), pl.col("zone")).alias("collected_ts"))
     return out.get_column("payload").alias(lines.name), out.get_column("collected_ts")
+
+
+def _yearless(lines: pl.Series, pattern: str, years: Any) -> tuple[pl.Series, pl.Series] | None:
+    """``unwrap_column`` of a year-less prefix: the times as ``years.resolve`` gives them line after line,
+    where that is one year for every line (the first line's, or the file's so far) and the latest time so far
+    moves no line by a year (none steps back or ahead of it by more than half a year: a log that crosses New
+    Year, or holds such a jump, is read line by line); ``years`` carries on as after those lines."""
+    import polars as pl
+
+    from .times import _MONTHS
+
+    parts = lines.rename("line").to_frame().select(
+        pl.col("line"), pl.col("line").str.extract_groups(pattern).alias("m")).unnest("m")
+    pre = pl.col("pre")
+    payload = parts.select(pl.when(pre.is_null()).then(pl.col("line")).otherwise(
+        pl.col("line").str.slice(pre.str.len_chars()))).to_series().alias(lines.name)
+    matched = parts.filter(pre.is_not_null())
+    if years is None or years.hint is None or not matched.height:      # (no year to give: no time, as resolve)
+        return payload, pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True)
+    year = years.year
+    if year is None:        # the first line's year, from the hint (as ``resolve`` takes it)
+        first = matched.row(0, named=True)
+        frac = first["frac"]
+        year = years._first_year((_MONTHS[first["mon"]], int(first["day"]), *map(int, first["clock"].split(":")),
+                                  int(frac[:6].ljust(6, "0")) if frac else 0))
+    month = pl.col("mon").replace_strict(_MONTHS, return_dtype=pl.Int64)
+    stamp = pl.format("{}-{}-{} {}", pl.lit(year), month.cast(pl.String).str.pad_start(2, "0"),
+                      pl.col("day").str.pad_start(2, "0"), pl.col("clock"))
+    micro = pl.col("frac").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64).fill_null(0)
+    # (chrono reads second 60 as the next minute's first; Python's datetime refuses it: ``_Years._at``'s None)
+    ts = pl.when(~pl.col("clock").str.ends_with(":60")).then(
+        stamp.str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False) + pl.duration(microseconds=micro))
+    times = parts.select(ts.alias("t")).to_series()
+    latest = times.cum_max().forward_fill().shift(1)        # the latest time before each line (nulls skipped)
+    if years.last is not None:
+        latest = pl.select(pl.max_horizontal(latest, pl.lit(years.last))).to_series()
+    half = years.HALF_YEAR
+    if pl.select(((times < latest - half) | (times > latest + half)).any()).item():
+        return None
+    years.year = year
+    top = times.max()
+    if top is not None and (years.last is None or top > years.last):
+        years.last = top
+    return payload, times.alias("collected_ts")
 
 
 def _untagged(lines: pl.Series) -> pl.Series:

@@ -156,7 +156,7 @@ class Unwrapper:
         column where the stack's layer can be, with nothing held back from an earlier chunk)."""
         if not isinstance(lines, list):
             if self.columnar is not None and self.carried_from() is None:
-                got = unwrap_column(self.columnar, lines)
+                got = unwrap_column(self.columnar, lines, self.years)
                 if got is not None:
                     self._orig, self._orig_first = lines, first_line
                     n = len(lines)
