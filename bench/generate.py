@@ -6,6 +6,7 @@
     python bench/generate.py mixed OUT_DIR --forms   # ... its busy logs through collectors, Ray, vLLM
     python bench/generate.py wrap IN.log OUT.log --envelope kubectl   # a log as a collector hands it over
     python bench/generate.py vllm OUT.log --mb 100    # a busy vLLM API server's log, relayed by Ray
+    python bench/generate.py job OUT.log --mb 30      # a torch.distributed training job's step log (8 ranks)
 
 Deterministic (seeded).  The big log is what a busy TP8 engine prints over
 hours: Prefill/Decode batch lines from TP0 (and, with --all-ranks, every
@@ -250,6 +251,24 @@ def write_vllm(out: Path, mb: float, seed: int = 5) -> None:
             size += len(line)
 
 
+def write_job(out: Path, mb: float, seed: int = 6) -> None:
+    """A torchrun job's log of ``mb`` MB: its 8 ranks' step lines (Python logging's time, the rank, the step;
+    tests/data/torch_jobs' shape), a rank's eval line now and then."""
+    rng = random.Random(seed)
+    t = START
+    with out.open("w", encoding="utf-8") as w:
+        size, step = 0, 0
+        while size < mb * 1e6:
+            for rank in range(8):
+                t += timedelta(milliseconds=rng.randint(1, 9))
+                stamp = f"{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d}"
+                line = (f"{stamp} INFO [rank{rank}] step {step} done loss={1 / (step + 1):.4f}\n" if step % 500 or rank
+                        else f"{stamp} INFO [rank{rank}] entering eval at step {step}\n")
+                w.write(line)
+                size += len(line)
+            step += 1
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -273,9 +292,14 @@ def main() -> None:
     v = sub.add_parser("vllm")
     v.add_argument("out", type=Path)
     v.add_argument("--mb", type=float, default=100)
+    j = sub.add_parser("job")
+    j.add_argument("out", type=Path)
+    j.add_argument("--mb", type=float, default=30)
     a = ap.parse_args()
     if a.what == "vllm":
         write_vllm(a.out, a.mb)
+    elif a.what == "job":
+        write_job(a.out, a.mb)
     elif a.what == "wrap":
         write_wrapped(a.src, a.out, a.envelope)
     elif a.what == "mixed":

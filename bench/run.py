@@ -12,6 +12,7 @@
     python bench/run.py --sizes 445 --fleets "" --other 0.03  # a log with 3 % other messages, as real ones
     python bench/run.py --sizes 445 --fleets "" --envelopes kubectl,cri   # ... and that log behind collectors
     python bench/run.py --sizes 100 --fleets "" --envelopes ray,ms,compose,ansi,docker-json --vllm 100
+    python bench/run.py --sizes 100 --fleets "" --envelopes journald-short --vllm 100 --job 30
                                             # a log in each form of evidence (generate.py's ENVELOPES), and vLLM's
 
 Ingest runs are paired with ``grep -c batch`` on the same file (page cache warm) and the medians reported,
@@ -132,6 +133,14 @@ def ensure_vllm(mb: int) -> Path:
     return path
 
 
+def ensure_job(mb: int) -> Path:
+    """A torch.distributed job's step log of ``mb`` MB (generate.py job)."""
+    path = DATA / f"job{mb}.log"
+    if not path.exists():
+        subprocess.run([sys.executable, str(HERE / "generate.py"), "job", str(path), "--mb", str(mb)], check=True)
+    return path
+
+
 def ensure_fleet(engines: int, mb: float) -> Path:
     path = DATA / f"fleet{engines}x{mb:g}"
     if not path.exists():
@@ -241,6 +250,9 @@ def main() -> None:
     ap.add_argument("--vllm", type=int, default=0,
                     help="also ingest a busy vLLM API server's log of this many MB (generate.py vllm), paired with "
                          "grep -c POST")
+    ap.add_argument("--job", type=int, default=0,
+                    help="also ingest a torch.distributed job's step log of this many MB (generate.py job), paired "
+                         "with grep -c step")
     ap.add_argument("--other", type=float, default=0.0,
                     help="share of the single logs' lines that are other messages, as a real server log holds "
                          "(generate.py big --other; 0: nearly all batch and access lines)")
@@ -254,12 +266,15 @@ def main() -> None:
         logs += [(mb, ensure_wrapped(log, env), env) for mb, log, _ in list(logs) for env in a.envelopes.split(",") if env]
         if a.vllm:
             logs.append((a.vllm, ensure_vllm(a.vllm), "vllm"))
+        if a.job:
+            logs.append((a.job, ensure_job(a.job), "job"))
         for mb, log, envelope in logs:
             real_mb = log.stat().st_size / 1e6
             db = tmp / f"ingest{mb}.duckdb"
             runs = []
             for _ in range(a.runs if mb <= 1000 else 1):      # paired: grep, then ingest, on the same cache
-                g, _ = measure(["grep", "-c", "POST" if envelope == "vllm" else "batch", str(log)])
+                word = {"vllm": "POST", "job": "step"}.get(envelope, "batch")
+                g, _ = measure(["grep", "-c", word, str(log)])
                 t, rss = measure([*HF, "ingest", str(log), "--db", str(db)])
                 runs.append((g, t, rss, LAST["largest"], LAST["cpu"], LAST["pss"]))
                 db.unlink()
@@ -268,9 +283,10 @@ def main() -> None:
                 SINGLE.append(real_mb / t)
             ratio = statistics.median(r[1] / r[0] for r in runs)
             label = f"ingest {real_mb:.0f} MB log" + (f" ({100 * a.other:g} % other messages)" if a.other else "") \
-                + (" of vLLM (relayed by Ray)" if envelope == "vllm" else f" behind {envelope}" if envelope else "")
+                + ({"vllm": " of vLLM (relayed by Ray)", "job": " of a torch job's steps"}.get(envelope)
+                   or (f" behind {envelope}" if envelope else ""))
             rows.append((label, t, rss,
-                         f"{real_mb / t:.1f} MB/s; grep -c batch {g:.2f} s ({ratio:.1f}x grep, median of "
+                         f"{real_mb / t:.1f} MB/s; grep -c {word} {g:.2f} s ({ratio:.1f}x grep, median of "
                          f"{len(runs)} paired: {', '.join(f'{r[1] / r[0]:.1f}' for r in runs)}); "
                          f"largest process {largest:.0f} MB; all processes {pss:.0f} MB PSS; CPU {cpu:.1f} s"))
         fleets = [(int(e), float(m)) for e, m in (f.split("x") for f in a.fleets.split(",") if f)]
