@@ -289,7 +289,7 @@ class _Slice:
     line next to one or at the slice's ends), the bulk lines it reads too (``seen``: line numbers), and the
     records it does not read, for the chunk's facts (``facts``: line, ts_dt, msg for the first ``head`` with
     a message).  ``bare``: access lines without a time are bulk too (their rows undated: the caller dates them,
-    ``date_bare``), else the general parser's."""
+    ``_date_access``), else the general parser's."""
 
     def __init__(self, sc: Any, text: _Text, starts: np.ndarray, ends: np.ndarray, a: int, b: int,
                  brackets: np.ndarray, ascii_all: bool, line_of: np.ndarray, ctx: FileContext, head: int,
