@@ -38,7 +38,8 @@ VARIANTS = {"syslog": ("", "5424"), "journald": ("short-iso",)}
 _MON = "(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _YEARLESS_TIME = (rf"{_MON} {{1,2}}(?P<day>{_D}{{1,2}}) (?P<clock>{_D}{{2}}:{_D}{{2}}:{_D}{{2}})"
                   rf"(?:[.,](?P<frac>{_D}{{1,9}}))? (?:{_NOT_SPACE}+ )?{_TAG}(?: |$)")
-YEARLESS = {("journald", ""): rf"^(?P<pre>{_YEARLESS_TIME})", ("journald", "short"): rf"^(?P<pre>{_YEARLESS_TIME})",
+_JOURNALD_SHORT = rf"^(?P<pre>{_YEARLESS_TIME})"
+YEARLESS = {("journald", ""): _JOURNALD_SHORT, ("journald", "short"): _JOURNALD_SHORT,
             ("syslog", "3164"): rf"^(?P<pre><{_D}{{1,3}}>{_YEARLESS_TIME})"}
 
 # docker's json-file driver, an entry per line in the driver's own key order, its text a whole line with the
@@ -144,7 +145,7 @@ def _yearless(lines: pl.Series, pattern: str, years: Any) -> tuple[pl.Series, pl
     if year is None:        # the first line's year, from the hint (as ``resolve`` takes it)
         first = matched.row(0, named=True)
         frac = first["frac"]
-        year = years._first_year((_MONTHS[first["mon"]], int(first["day"]), *map(int, first["clock"].split(":")),
+        year = years.first_year((_MONTHS[first["mon"]], int(first["day"]), *map(int, first["clock"].split(":")),
                                   int(frac[:6].ljust(6, "0")) if frac else 0))
     month = pl.col("mon").replace_strict(_MONTHS, return_dtype=pl.Int64)
     stamp = pl.format("{}-{}-{} {}", pl.lit(year), month.cast(pl.String).str.pad_start(2, "0"),

@@ -87,7 +87,7 @@ class _Years:
         try:
             args = (_MONTHS[mon], int(day), int(h), int(m), int(s), int(frac[:6].ljust(6, "0")) if frac else 0)
             if self.year is None:
-                self.year = self._first_year(args)
+                self.year = self.first_year(args)
             dt = self._at(self.year, args)
             if self.last is not None and dt is not None:
                 if dt < self.last - self.HALF_YEAR:
@@ -108,7 +108,9 @@ class _Years:
         except ValueError:                      # Feb 29 in a year without one
             return None
 
-    def _first_year(self, args: tuple[int, ...]) -> int:
+    def first_year(self, args: tuple[int, ...]) -> int:
+        """The year of the file's first dated line (``args``: its month, day, hours, minutes, seconds and
+        microseconds), from the hint."""
         hint = self.hint
         if isinstance(hint, int):
             return hint
