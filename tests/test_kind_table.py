@@ -1,5 +1,5 @@
 """Kind tables (parsers/kind_table.py): the table's first pattern a text contains names its kind, whichever
-way the table is searched: as one regex, or with its ``common`` kind told first by its own pattern."""
+way the table is searched: as one regex, or with its ``common`` kinds told first, each by its own pattern."""
 
 from __future__ import annotations
 
