@@ -24,7 +24,9 @@ STACKS = {"kubectl": EnvelopeStack(("kubectl",), ("",)), "cri": EnvelopeStack(("
           "syslog": EnvelopeStack(("syslog",), ("5424",)), "journald": EnvelopeStack(("journald",), ("short-iso",)),
           "proc_tag": EnvelopeStack(("proc_tag",), ("",)), "compose": EnvelopeStack(("compose",), ("",)),
           "ansi": EnvelopeStack(("ansi",), ("",)), "docker_json": EnvelopeStack(("docker_json",), ("",)),
-          "ansi+proc_tag": EnvelopeStack(("ansi", "proc_tag"), ("", ""))}
+          "ansi+proc_tag": EnvelopeStack(("ansi", "proc_tag"), ("", "")),
+          "cri+proc_tag": EnvelopeStack(("cri", "proc_tag"), ("", "")),
+          "kubectl+compose+ansi": EnvelopeStack(("kubectl", "compose", "ansi"), ("", "", ""))}
 
 
 def line_by_line(key: str, lines: list[str]) -> tuple[list[str], list[datetime | None]]:
@@ -122,10 +124,22 @@ ray_console_line = st.builds(lambda pre, line, post: pre + line + post, st.sampl
                              st.sampled_from(["", "\x1b[0m", "\r"]))
 
 
+# a layer with times around layers without (a Ray pod's log on its node: CRI, then Ray's tag; kubectl around
+# compose's column around colours)
+cri_ray_line = st.one_of(
+    st.builds(lambda t, stream, tag, s, p: f"{t} {stream} {tag}{s}{p}", stamp, st.sampled_from(["stdout", "stderr"]),
+              st.sampled_from(["F", "F", "X"]), sep, proc_tag_line),
+    proc_tag_line)
+kubectl_compose_line = st.one_of(
+    st.builds(lambda t, s, p: t + s + p, stamp, sep, st.builds(lambda c, a: c + a, compose_line, ansi_line)),
+    compose_line)
+
+
 @pytest.mark.parametrize("key, lines", [("kubectl", kubectl_line), ("cri", cri_line), ("syslog", syslog_line),
                                         ("journald", journald_line), ("proc_tag", proc_tag_line),
                                         ("compose", compose_line), ("ansi", ansi_line),
-                                        ("docker_json", docker_line), ("ansi+proc_tag", ray_console_line)])
+                                        ("docker_json", docker_line), ("ansi+proc_tag", ray_console_line),
+                                        ("cri+proc_tag", cri_ray_line), ("kubectl+compose+ansi", kubectl_compose_line)])
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_property_a_column_unwraps_as_the_layer_does_line_by_line(key: str, lines: st.SearchStrategy[str],
@@ -172,8 +186,11 @@ def test_a_cri_chunk_with_partial_lines_is_left_to_the_layer() -> None:
     lines = ["2026-03-02T08:00:00Z stdout P first half, ", "2026-03-02T08:00:00Z stdout F second half"]
     assert as_column("cri", lines) is None
     assert as_column("cri", lines[1:]) == line_by_line("cri", lines[1:])
-    assert columnar.columnar_layer(("compose", "kubectl"), ("", "")) is None
+    assert columnar.columnar_layer(("compose", "kubectl"), ("", "")) is None     # (a time inside: line by line)
     assert columnar.columnar_layer(("kubectl",), ("",)) == "kubectl"
+    assert columnar.columnar_layer(("cri", "proc_tag"), ("", "")) == "cri+proc_tag"
+    assert columnar.columnar_layer(("journald", "proc_tag"), ("short", "")) == "journald:short+proc_tag"
+    assert columnar.columnar_layer(("cri", "kubectl"), ("", "")) is None
 
 
 # -- times without a year (journald's default 'short', RFC 3164): the file's year, carried from chunk to chunk --

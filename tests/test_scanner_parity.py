@@ -196,6 +196,7 @@ def _wrapped(key: str, lines: list[str], r: random.Random, split: bool = True) -
         short = (_T0 + timedelta(milliseconds=357 * i)).strftime("%b %d %H:%M:%S.%f")[:r.choice([15, 19, 22])]
         prefix = {"kubectl": f"{t}+05:30 ", "cri": f"{t}-01:00 stderr F ", "syslog": f"<14>1 {t}Z h sglang 7 - - ",
                   "journald": f"{t}+0100 h sglang[7]: ", "journald-short": f"{short} h sglang[7]: ",
+                  "cri+proc_tag": f"{t}-01:00 stderr F (SGLangEngine pid=7) ",
                   "proc_tag": "(SGLangEngine pid=7) ", "compose": "sglang-1  | ",
                   "ansi": "", "docker_json": "", "ansi+proc_tag": "\x1b[36m(SGLangEngine pid=7)\x1b[0m "}[key]
         if key == "ansi":           # a colour around the start of some lines, a redraw in a few
@@ -214,7 +215,7 @@ def _wrapped(key: str, lines: list[str], r: random.Random, split: bool = True) -
 
 
 @pytest.mark.parametrize("key", ["kubectl", "cri", "syslog", "journald", "journald-short", "docker_json", "proc_tag",
-                                 "compose", "ansi", "ansi+proc_tag"])
+                                 "compose", "ansi", "ansi+proc_tag", "cri+proc_tag"])
 def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
     """The payload of a log behind kubectl, CRI, syslog, journald or docker's JSON (with their times), or a process tag,
     docker compose's column or a terminal's colours (without), unwrapped as a column, goes through the
@@ -242,6 +243,7 @@ def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: p
             n, timed = con.execute(f"SELECT count(*), count(collected_ts) FROM {table}").fetchone()
             assert n > 100 and (timed == 0 if untimed else timed > 0.95 * n), table
         first = {"kubectl": "2026-", "cri": "2026-", "syslog": "<14>1 ", "journald": "2026-", "journald-short": "Mar ",
+                 "cri+proc_tag": "2026-",
                  "docker_json": '{"log":',
                  "proc_tag": "(SGLangEngine pid=7) ", "compose": "sglang-1  | ", "ansi": "\x1b[",
                  "ansi+proc_tag": "\x1b[36m(SGLangEngine"}[key]

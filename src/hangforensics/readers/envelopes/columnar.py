@@ -73,43 +73,59 @@ UNTIMED = ("proc_tag", "compose", "ansi")
 
 
 def columnar_layer(layers: tuple[str, ...], params: tuple[str, ...]) -> str | None:
-    """The key that unwraps this stack as a column: one layer of PATTERNS in one of its VARIANTS (syslog's
-    RFC 5424, journald's ``short-iso``), docker's JSON, or layers without times of their own (UNTIMED: one,
-    or several one after the other, 'ansi+proc_tag'), else None."""
-    if len(layers) > 1:             # layers without times, each one line for one: one after the other
-        if all(n in UNTIMED for n in layers) and not any(params):
-            return "+".join(layers)
-        return None
+    """The key that unwraps this stack as a column, else None: one layer of PATTERNS in one of its VARIANTS
+    (syslog's RFC 5424, journald's ``short-iso``), a YEARLESS one ('journald:short', 'syslog:3164') or docker's
+    JSON; layers without times of their own (UNTIMED: one, or several one after the other, 'ansi+proc_tag');
+    or a layer with times and such layers inside it ('cri+proc_tag': a Ray pod's log as its node keeps it)."""
     if not layers:
         return None
-    name, param = layers[0], (params[0] if params else "")
-    if name in UNTIMED and not param:
-        return name
-    if name == "docker_json" and not param:
-        return name
-    if (name, param) in YEARLESS:
-        return f"{name}:{param or 'short'}"
-    if name not in PATTERNS or param not in VARIANTS.get(name, (param,)):
+    inner = layers[1:]
+    if inner and not (all(n in UNTIMED for n in inner) and not any(params[1:])):
         return None
-    return name
+    if all(n in UNTIMED for n in layers) and not any(params):      # each one line for one: one after the other
+        return "+".join(layers)
+    name, param = layers[0], (params[0] if params else "")
+    if name == "docker_json" and not param:
+        head = name
+    elif (name, param) in YEARLESS:
+        head = f"{name}:{param or 'short'}"
+    elif name in PATTERNS and param in VARIANTS.get(name, (param,)):
+        head = name
+    else:
+        return None
+    return "+".join((head, *inner))
 
 
 def unwrap_column(key: str, lines: pl.Series, years: Any = None) -> tuple[pl.Series, pl.Series] | None:
-    """(payload, collected time) of ``lines`` behind the ``key`` layer: a line without the prefix is kept
-    whole with no time; a time that is no valid date is none.  None when the column cannot be unwrapped
-    alone (a CRI line split into partial ``P`` parts: the layer rejoins them line by line; a year-less time
-    that steps half a year: ``years``, the file's ``times._Years``, dates those line by line)."""
+    """(payload, collected time) of ``lines`` behind the ``key`` layers, outermost first: a line without a
+    prefix is kept whole with no time; a time that is no valid date is none.  None when the column cannot be
+    unwrapped alone (a CRI line split into partial ``P`` parts: the layer rejoins them line by line; a
+    year-less time that steps half a year: ``years``, the file's ``times._Years``, dates those line by
+    line)."""
+    import polars as pl
+
+    head, *inner = key.split("+")
+    if head in UNTIMED:                             # (outermost first: Ray's console, its colours then its tag)
+        payload = lines
+        for k in key.split("+"):
+            payload = _STRIP[k](payload)
+        return payload.alias(lines.name), pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True)
+    got = _timed(head, lines, years)
+    if got is None or not inner:
+        return got
+    payload = got[0]
+    for k in inner:                                 # the layers inside it, each on the payload of the one outside
+        payload = _STRIP[k](payload)
+    return payload.alias(lines.name), got[1]
+
+
+def _timed(key: str, lines: pl.Series, years: Any) -> tuple[pl.Series, pl.Series] | None:
+    """``unwrap_column`` of one layer with times of its own."""
     import polars as pl
 
     if ":" in key:                                  # a year-less variant: 'journald:short', 'syslog:3164'
         name, param = key.split(":")
         return _yearless(lines, YEARLESS[(name, param)], years)
-
-    if all(k in UNTIMED for k in key.split("+")):   # (outermost first: Ray's console, its colours then its tag)
-        payload = lines
-        for k in key.split("+"):
-            payload = _STRIP[k](payload)
-        return payload.alias(lines.name), pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True)
     if key == "docker_json":
         return _docker_entries(lines)
     parts = lines.rename("line").to_frame().select(
