@@ -32,3 +32,25 @@ def datetime_series(name: str, values: list[datetime | None] | pl.Series) -> pl.
         return pl.Series(name, values, dtype=pl.Datetime("us"))
     return pl.Series(name, [None if v is None else (v - _EPOCH) // _US for v in values], dtype=pl.Int64) \
         .cast(pl.Datetime("us"))
+
+
+def micros(fraction: str | None) -> int:
+    """The digits after a second's point to the microsecond (truncated, padded: '5' is 500000), 0 without."""
+    return int(fraction[:6].ljust(6, "0")) if fraction else 0
+
+
+def micros_expr(fraction: pl.Expr) -> pl.Expr:
+    """``micros`` of a column of digit strings (null: 0)."""
+    import polars as pl
+
+    return fraction.str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
+
+
+def python_datetime(stamp: pl.Expr, fmt: str) -> pl.Expr:
+    """``stamp`` ('YYYY-MM-DD?HH:MM:SS', 'T' or ' ' between) read by ``fmt`` as Python's ``datetime`` reads it:
+    polars' reader also takes a leap second (as the next minute's first) and year 0, which Python refuses, so
+    those are null (microseconds)."""
+    import polars as pl
+
+    return pl.when((stamp.str.slice(17, 2) != "60") & (stamp.str.slice(0, 4) != "0000")) \
+        .then(stamp.str.to_datetime(fmt, time_unit="us", strict=False))

@@ -6,6 +6,8 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..datetimes import micros
+
 # The time is optional: torch before 2.3 printed '[rank2]:[E ProcessGroupNCCL.cpp:523] ...' (2.2) or
 # '[E ProcessGroupNCCL.cpp:475] ...' (2.1 and older, no [rankN]: either).
 GLOG_RE = re.compile(
@@ -150,7 +152,7 @@ def _glog_time(m: re.Match[str], context: datetime) -> datetime | None:
         year += 1
     hh, mi, ss = m.group("hms").split(":")
     try:        # (what strptime's '%Y-%m-%d %H:%M:%S.%f' reads of these digits, at a tenth of its cost)
-        return datetime(year, month, day, int(hh), int(mi), int(ss), int((m.group("frac") + "000000")[:6]))
+        return datetime(year, month, day, int(hh), int(mi), int(ss), micros(m.group("frac")))
     except ValueError:
         return None
 

@@ -19,6 +19,8 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..datetimes import micros, micros_expr, python_datetime
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -40,10 +42,9 @@ def step_line(text: str) -> tuple[datetime | None, int | None, dict[str, Any]]:
     ts = None
     m = _TIME_RE.match(text)
     if m:
-        frac = (m.group(3) or "")[:6].ljust(6, "0")
         try:
             ts = datetime.strptime(f"{m.group(1)} {m.group(2)}", "%Y-%m-%d %H:%M:%S").replace(
-                microsecond=int(frac))
+                microsecond=micros(m.group(3)))
         except ValueError:
             ts = None
     r = _RANK_RE.search(text)
@@ -62,12 +63,9 @@ def step_fixes(records: pl.DataFrame) -> pl.DataFrame:
     import polars as pl
 
     body, head = pl.col("body"), pl.col("_head")
-    matched, clock = head.struct.field("1"), head.struct.field("3")
-    frac = head.struct.field("4").fill_null("").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64)
-    ts = pl.concat_str([head.struct.field("2"), pl.lit(" "), clock]) \
-        .str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
-    # (strptime refuses a leap second, which polars reads as the next minute's first, and year 0)
-    ts = pl.when(~clock.str.ends_with(":60") & (ts.dt.year() >= 1)).then(ts + pl.duration(microseconds=frac))
+    matched = head.struct.field("1")
+    ts = python_datetime(pl.concat_str([head.struct.field("2"), pl.lit(" "), head.struct.field("3")]),
+                         "%Y-%m-%d %H:%M:%S") + pl.duration(microseconds=micros_expr(head.struct.field("4")))
     rest = pl.when(matched.is_not_null()).then(body.str.slice(matched.str.len_chars())).otherwise(body)
     step = rest.str.extract("(?i)" + _STEP, 1)
     rank = pl.coalesce(pl.col("_named").struct.field("1"), pl.col("_named").struct.field("2"))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...parsers.datetimes import micros_expr, python_datetime
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -105,18 +107,16 @@ def unwrap_column(key: str, lines: pl.Series, years: Any = None) -> tuple[pl.Ser
     import polars as pl
 
     head, *inner = key.split("+")
-    if head in UNTIMED:                             # (outermost first: Ray's console, its colours then its tag)
-        payload = lines
-        for k in key.split("+"):
-            payload = _STRIP[k](payload)
-        return payload.alias(lines.name), pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True)
-    got = _timed(head, lines, years)
-    if got is None or not inner:
-        return got
-    payload = got[0]
-    for k in inner:                                 # the layers inside it, each on the payload of the one outside
+    if head in UNTIMED:
+        payload, times, inner = lines, pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True), [head, *inner]
+    else:
+        got = _timed(head, lines, years)
+        if got is None:
+            return None
+        payload, times = got
+    for k in inner:                 # each layer on the payload of the one outside it (Ray's console: colours, tag)
         payload = _STRIP[k](payload)
-    return payload.alias(lines.name), got[1]
+    return payload.alias(lines.name), times
 
 
 def _timed(key: str, lines: pl.Series, years: Any) -> tuple[pl.Series, pl.Series] | None:
@@ -128,16 +128,28 @@ def _timed(key: str, lines: pl.Series, years: Any) -> tuple[pl.Series, pl.Series
         return _yearless(lines, YEARLESS[(name, param)], years)
     if key == "docker_json":
         return _docker_entries(lines)
-    parts = lines.rename("line").to_frame().select(
-        pl.col("line"), pl.col("line").str.extract_groups(PATTERNS[key]).alias("m")).unnest("m")
+    parts = _prefixed(lines, PATTERNS[key])
     if key == "cri" and (parts.get_column("tag") == "P").any():
         return None
-    pre = pl.col("pre")
-    out = parts.select(
-        pl.when(pre.is_null()).then(pl.col("line")).otherwise(pl.col("line").str.slice(pre.str.len_chars()))
-        .alias("payload"),
-        _collected_time(pl.col("base"), pl.col("frac"), pl.col("zone")).alias("collected_ts"))
+    out = parts.select(_after_prefix(pl.col("line"), pl.col("pre")).alias("payload"),
+                       _collected_time(pl.col("base"), pl.col("frac"), pl.col("zone")).alias("collected_ts"))
     return out.get_column("payload").alias(lines.name), out.get_column("collected_ts")
+
+
+def _prefixed(lines: pl.Series, pattern: str) -> pl.DataFrame:
+    """``lines`` (column ``line``) with the groups of ``pattern`` (``pre``: the whole prefix), null where it
+    does not match."""
+    import polars as pl
+
+    return lines.rename("line").to_frame().select(
+        pl.col("line"), pl.col("line").str.extract_groups(pattern).alias("m")).unnest("m")
+
+
+def _after_prefix(line: Any, pre: Any) -> Any:
+    """``line`` without its prefix ``pre`` (expressions or Series); the whole line where there is none."""
+    import polars as pl
+
+    return pl.when(pre.is_null()).then(line).otherwise(line.str.slice(pre.str.len_chars()))
 
 
 def _yearless(lines: pl.Series, pattern: str, years: Any) -> tuple[pl.Series, pl.Series] | None:
@@ -147,29 +159,22 @@ def _yearless(lines: pl.Series, pattern: str, years: Any) -> tuple[pl.Series, pl
     Year, or holds such a jump, is read line by line); ``years`` carries on as after those lines."""
     import polars as pl
 
-    from .times import _MONTHS
+    from .times import _MONTHS, clock_fields
 
-    parts = lines.rename("line").to_frame().select(
-        pl.col("line"), pl.col("line").str.extract_groups(pattern).alias("m")).unnest("m")
-    pre = pl.col("pre")
-    payload = parts.select(pl.when(pre.is_null()).then(pl.col("line")).otherwise(
-        pl.col("line").str.slice(pre.str.len_chars()))).to_series().alias(lines.name)
-    matched = parts.filter(pre.is_not_null())
+    parts = _prefixed(lines, pattern)
+    payload = parts.select(_after_prefix(pl.col("line"), pl.col("pre"))).to_series().alias(lines.name)
+    matched = parts.filter(pl.col("pre").is_not_null())
     if years is None or years.hint is None or not matched.height:      # (no year to give: no time, as resolve)
         return payload, pl.repeat(None, len(lines), dtype=pl.Datetime("us"), eager=True)
     year = years.year
     if year is None:        # the first line's year, from the hint (as ``resolve`` takes it)
         first = matched.row(0, named=True)
-        frac = first["frac"]
-        year = years.first_year((_MONTHS[first["mon"]], int(first["day"]), *map(int, first["clock"].split(":")),
-                                  int(frac[:6].ljust(6, "0")) if frac else 0))
+        year = years.first_year(clock_fields(first["mon"], first["day"], *first["clock"].split(":"), first["frac"]))
     month = pl.col("mon").replace_strict(_MONTHS, return_dtype=pl.Int64)
-    stamp = pl.format("{}-{}-{} {}", pl.lit(year), month.cast(pl.String).str.pad_start(2, "0"),
+    stamp = pl.format("{}-{}-{} {}", pl.lit(f"{year:04d}"), month.cast(pl.String).str.pad_start(2, "0"),
                       pl.col("day").str.pad_start(2, "0"), pl.col("clock"))
-    micro = pl.col("frac").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64).fill_null(0)
-    # (chrono reads second 60 as the next minute's first; Python's datetime refuses it: ``_Years._at``'s None)
-    ts = pl.when(~pl.col("clock").str.ends_with(":60")).then(
-        stamp.str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False) + pl.duration(microseconds=micro))
+    # (as ``_Years._at`` makes them: a date or second that does not exist has none)
+    ts = python_datetime(stamp, "%Y-%m-%d %H:%M:%S") + pl.duration(microseconds=micros_expr(pl.col("frac")))
     times = parts.select(ts.alias("t")).to_series()
     latest = times.cum_max().forward_fill().shift(1)        # the latest time before each line (nulls skipped)
     if years.last is not None:
@@ -226,8 +231,7 @@ def _uncomposed(lines: pl.Series) -> pl.Series:
     """``lines`` without docker compose's service column (a line without one kept whole)."""
     import polars as pl
 
-    pre = lines.str.extract(COMPOSE, 1)
-    return pl.select(pl.when(pre.is_null()).then(lines).otherwise(lines.str.slice(pre.str.len_chars()))).to_series()
+    return pl.select(_after_prefix(lines, lines.str.extract(COMPOSE, 1))).to_series()
 
 
 def _uncoloured(lines: pl.Series) -> pl.Series:
@@ -250,16 +254,14 @@ def _collected_time(base: Any, frac: Any, zone: Any) -> Any:
     (in microseconds since 1970, as integers: some 3x less than adding durations)."""
     import polars as pl
 
-    # chrono reads second 60 (a leap second) and year 0; Python's datetime reads neither
-    valid = (base.str.slice(17, 2) != "60") & (base.str.slice(0, 4) != "0000")
-    t = base.str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False).cast(pl.Int64)
-    micro = frac.str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
+    t = python_datetime(base, "%Y-%m-%dT%H:%M:%S").cast(pl.Int64)
+    micro = micros_expr(frac)
     digits = zone.str.replace(":", "", literal=True)            # '+0530', '-01:00' (Z, z: no digits)
     minutes = digits.str.slice(1, 2).cast(pl.Int64, strict=False) * 60 \
         + digits.str.slice(3, 2).cast(pl.Int64, strict=False)
     east = pl.when(zone.str.starts_with("-")).then(-minutes).otherwise(minutes).fill_null(0)
     us = t + micro - east * 60_000_000
-    return pl.when(valid & us.is_between(_FIRST_US, _LAST_US)).then(us).cast(pl.Datetime("us"))
+    return pl.when(us.is_between(_FIRST_US, _LAST_US)).then(us).cast(pl.Datetime("us"))
 
 
 # Python's datetime range in microseconds since 1970: 0001-01-01 to 9999-12-31 23:59:59.999999

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timedelta
 
+from ...parsers.datetimes import micros
+
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 _MON = r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
@@ -65,6 +67,11 @@ def _any_ts(v: object) -> datetime | None:
         return None
 
 
+def clock_fields(mon: str, day: str, h: str, m: str, s: str, frac: str | None) -> tuple[int, ...]:
+    """A year-less stamp's month, day, hours, minutes, seconds and microseconds (KeyError: no month)."""
+    return _MONTHS[mon], int(day), int(h), int(m), int(s), micros(frac)
+
+
 class _Years:
     """Years for envelope times printed without one (journald ``short``, RFC 3164).
 
@@ -85,7 +92,7 @@ class _Years:
         if self.hint is None:
             return None
         try:
-            args = (_MONTHS[mon], int(day), int(h), int(m), int(s), int(frac[:6].ljust(6, "0")) if frac else 0)
+            args = clock_fields(mon, day, h, m, s, frac)
             if self.year is None:
                 self.year = self.first_year(args)
             dt = self._at(self.year, args)
