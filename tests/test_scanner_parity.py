@@ -278,13 +278,15 @@ def test_the_corpora_logs_behind_a_collectors_prefix_read_alike(tmp_path, monkey
     assert sglang > 25 and scanned > 0.9 * sglang, f"the scanner read {scanned} of {sglang} wrapped SGLang logs"
 
 
-def test_rsyslogs_own_output_reads_alike(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What rsyslogd itself wrote (RFC 5424, its structured data, blank messages: tests/data/real_envelopes),
-    in small chunks: the same rows through the scanner and the general parser."""
+@pytest.mark.parametrize("form", ["rsyslog-5424", "rsyslog-traditional"])
+def test_rsyslogs_own_output_reads_alike(tmp_path, monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """What rsyslogd itself wrote (RFC 5424 with its structured data; its traditional year-less format; blank
+    messages: tests/data/real_envelopes), in small chunks: the same rows through the scanner and the general
+    parser."""
     monkeypatch.setattr(parse, "CHUNK_BYTES", 16 * 1024)
     folder = tmp_path / "e"
     folder.mkdir()
-    shutil.copy(REPO / "tests" / "data" / "real_envelopes" / "rsyslog-5424" / "server.log", folder / "server.log")
+    shutil.copy(REPO / "tests" / "data" / "real_envelopes" / form / "server.log", folder / "server.log")
     (tmp_path / "db").mkdir()
     fast, general = _both_ways([folder], tmp_path / "db", monkeypatch)
     _assert_same(fast, general)
@@ -517,6 +519,29 @@ def test_a_vllm_servers_access_lines_without_a_time_are_read_alike_and_by_the_sc
     said = re.search(rf"(\d+) access line\(s\) without a time of their own: dated by {by}", note)
     assert said and int(said.group(1)) > 0.8 * access, note
     assert (enveloped > 0.95 * access) if key == "kubectl" else not enveloped
+
+
+def test_real_vllm_pastes_access_lines_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real threads' vLLM pastes with uvicorn's access lines (tests/data/real_pastes): the same rows through
+    the scanner and the general parser, and the scanner types some of those lines itself."""
+    pastes = [d for d in sorted(PASTES.iterdir()) if d.is_dir() and d.name.startswith("vllm-") and any(
+        re.search(r'^(?:\(\w+ pid=\d+\) )?(?:INFO|WARNING|ERROR):\s+\S* - "[A-Z]+ ', s, re.M)
+        for s in (f.read_text(errors="replace") for f in d.iterdir() if f.suffix == ".md"))]
+    assert len(pastes) >= 4
+    bare: list[int] = []
+    slice_init = sglang_fast._Slice.__init__
+
+    def counted(self, sc, *args, **kw) -> None:
+        slice_init(self, sc, *args, **kw)
+        rows = self.tables["http_requests"]
+        bare.append(0 if rows is None else rows.column("ts").null_count)
+
+    monkeypatch.setattr(sglang_fast._Slice, "__init__", counted)
+    for k, paste in enumerate(pastes):
+        (tmp_path / f"db{k}").mkdir()
+        fast, general = _both_ways([paste], tmp_path / f"db{k}", monkeypatch, strict=False)
+        _assert_same(fast, general)
+    assert sum(bare) > 0
 
 
 def test_an_access_line_without_a_time_is_dated_by_the_last_dated_record_of_the_chunks_before(tmp_path) -> None:

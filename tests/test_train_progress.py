@@ -76,6 +76,26 @@ def test_many_step_lines_read_at_once_as_one_by_one() -> None:
     assert sum(1 for w in want if w[1]) > 1000 and sum(1 for w in want if w[2]) > 500
 
 
+def test_real_torchrun_jobs_step_lines_read_at_once_as_one_by_one() -> None:
+    """Every step line real torchrun jobs wrote (tests/data/torch_jobs: torch 2.13 CPU, gloo, 4 ranks):
+    ``step_fixes`` gives each what ``step_line`` gives it."""
+    import re
+
+    from hangforensics.parsers.torch_jobs.train_steps import STEP_LINE
+
+    data = Path(__file__).resolve().parent / "data" / "torch_jobs"
+    lines = [s for log in sorted(data.rglob("*.log")) for s in log.read_text(errors="replace").splitlines()
+             if re.search(STEP_LINE, s)]
+    assert len(lines) > 100
+    got = step_fixes(pl.DataFrame({"line": range(len(lines)), "body": lines, "ranks": [None] * len(lines),
+                                   "ts_dt": pl.Series([None] * len(lines), dtype=pl.Datetime("us"))}))
+    want = []
+    for k, line in enumerate(lines):
+        ts, n, attrs = step_line(line)
+        want.append((k, json.dumps(attrs) if attrs else None, ts, None if n is None else f"rank{n}"))
+    assert got.rows() == want and all(w[1] and w[2] and w[3] for w in want)
+
+
 def test_a_long_jobs_step_lines_read_at_once_are_its_progress(tmp_path: Path) -> None:
     """A job's log of thousands of step lines (read at once, not line by line): each is progress, with its
     rank, time and step, as a short log's few are."""
