@@ -193,6 +193,80 @@ def test_a_cri_chunk_with_partial_lines_is_left_to_the_layer() -> None:
     assert columnar.columnar_layer(("cri", "kubectl"), ("", "")) is None
 
 
+# -- the same prefixes cut from a chunk's bytes by the compiled scanner's side (``envelope_cut``) ----------------
+def cut_from_bytes(key: str, lines: list[str]) -> tuple[list[str], list[datetime | None]] | None:
+    """``envelope_cut`` of ``lines`` (a chunk's bytes, CRLF line ends): each payload and time, None where it
+    leaves the chunk to the column."""
+    import numpy as np
+
+    from hangforensics.parsers.sglang import scan_layout, sglang_fast
+
+    sc = sglang_fast.scanner()
+    assert sc is not None
+    raw = "".join(s + "\r\n" for s in lines).encode()
+    buf = np.frombuffer(raw, np.uint8)
+    starts, ends, _ = sc.bounds(buf)
+    if key == "docker_json":            # the texts unescaped into bytes of their own, a line each
+        out, times, status = sc.docker_cut(buf, starts, ends)
+        if status != scan_layout.OK:
+            return None
+        payload = bytes(out).decode().split("\n")[:-1]
+    else:
+        layers = np.array([scan_layout.LAYER_CODES[k] for k in key.split("+")], np.int64)
+        pstarts, times, status = sc.envelope_cut(buf, starts, ends, layers)
+        if status != scan_layout.OK:
+            return None
+        payload = [raw[a:b].decode() for a, b in zip(pstarts.tolist(), ends.tolist(), strict=True)]
+    return payload, [None if t == scan_layout.NO_TIME else datetime(1970, 1, 1) + timedelta(microseconds=t)
+                     for t in times.tolist()]
+
+
+@pytest.mark.parametrize("key, lines", [("kubectl", kubectl_line), ("cri", cri_line), ("proc_tag", proc_tag_line),
+                                        ("compose", compose_line), ("cri+proc_tag", cri_ray_line),
+                                        ("docker_json", docker_line), ("docker_json", whole_entry)])
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_property_the_scanners_cut_of_a_prefix_is_the_columns(key: str, lines: st.SearchStrategy[str],
+                                                              data: st.DataObject) -> None:
+    """Behind kubectl, CRI, compose, a process's tag or docker's JSON the scanner cuts each line's payload
+    from the chunk's bytes (docker's: unescaped), with the collector's time: the same text and time as the
+    column's unwrapping, on any line; where it leaves the chunk to the column (a CRI line in parts, a tag after
+    a colour's remnant or one the column rewrites before a vLLM record, a payload that ends in CR) the column
+    reads it."""
+    got = data.draw(st.lists(lines, min_size=1, max_size=30))
+    cut = cut_from_bytes(key, got)
+    column = as_column(key, got)
+    if cut is None:
+        assert column is None or "proc_tag" in key or any(p.endswith("\r") for p in column[0]), \
+            "only a partial CRI line, a tag in colour or a payload ending in CR is the column's"
+        return
+    assert cut == column
+
+
+def test_a_collectors_lines_as_they_come_are_cut_by_the_scanner() -> None:
+    """Lines as kubelet, docker compose and Ray write them are the scanner's to cut (none left to the column),
+    with the times of the column."""
+    cases = {"kubectl": ["2026-03-02T08:00:00.123456789Z [2026-03-02 08:00:00 TP0] Decode batch. #running-req: 3",
+                         "[pod/sglang-0/sglang] 2026-03-02T08:00:01+05:30 Traceback (most recent call last):",
+                         "2026-03-02T08:00:02Z ", "no prefix at all"],
+             "cri": ["2026-03-02T08:00:00.5Z stderr F [2026-03-02 08:00:00] INFO:     1.2.3.4:5 - \"GET /health "
+                     "HTTP/1.1\" 200 OK", "2026-03-02T08:00:01-01:00 stdout F"],
+             "compose": ["sglang-1  | [2026-03-02 08:00:00 TP0] Prefill batch.", "sglang-1  |", "web|x"],
+             "proc_tag": ["(APIServer pid=3164) INFO:     10.0.9.66:54306 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
+                          "(APIServer pid=3164) INFO 03-02 08:00:00 [loggers.py:123] Engine 000: Avg prompt",
+                          "(RayWorkerWrapper pid=7, ip=10.0.0.2) [2026-03-02 08:00:00 TP1] Decode batch.",
+                          "  File \"x.py\", line 1"],
+             "cri+proc_tag": ["2026-03-02T08:00:00Z stdout F (SGLangEngine pid=7) [2026-03-02 08:00:00] x"]}
+    for key, lines in cases.items():
+        cut = cut_from_bytes(key, lines)
+        assert cut is not None, key
+        assert cut == as_column(key, lines), key
+    payload, ts = cut_from_bytes("kubectl", cases["kubectl"])       # type: ignore[misc]
+    assert payload[1] == "Traceback (most recent call last):" and ts[1] == datetime(2026, 3, 2, 2, 30, 1)
+    assert cut_from_bytes("cri", ["2026-03-02T08:00:00Z stdout P half, ", "2026-03-02T08:00:00Z stdout F half"]) \
+        is None
+
+
 # -- times without a year (journald's default 'short', RFC 3164): the file's year, carried from chunk to chunk --
 YEARLESS = {"journald:short": EnvelopeStack(("journald",), ("short",)), "syslog:3164": EnvelopeStack(("syslog",), ("3164",))}
 month = st.sampled_from(["Jan", "Feb", "Feb", "Mar", "Jun", "Jul", "Dec", "Dec", "Foo"])

@@ -80,6 +80,7 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     ``P`` run without its ``F``) are left for the next read, which resumes where they begin."""
     from ..parsers.sglang.sglang_fast import (  # (numba: only for a large read)
         ScanGroup,
+        _lines,
         scan_min_bytes,
         scanner,
     )
@@ -101,15 +102,26 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     # it starts (its head, its first records).
     scan = column and _read_size(job) >= scan_min_bytes() and scanner() is not None
     group = ScanGroup(ctx) if scan else None
+    # behind prefixes the scanner's side cuts (``envelope_cut``: kubectl, CRI, compose, a process's tag) the
+    # chunk's own bytes are read, not its lines decoded, unwrapped and joined again
+    cut = _cut_layers(reader) if scan and not plain else None
     for chunk in iter_chunks(f.abs_path, job.start_offset, job.start_line, records=True, end_offset=job.end_offset,
                              notes=out.notes, hold_partial=job.hold_partial, record_start=reader.record_start(),
-                             column=("raw" if scan and plain else column), chunk_bytes=CHUNK_BYTES):
+                             column=("raw" if scan and (plain or cut is not None) else column),
+                             chunk_bytes=CHUNK_BYTES):
         starts.append((chunk.first_line, max(out.read_bytes, out.notes.leading_nul_bytes)))
         if group is not None and (chunk.raw is not None or not plain):
             if plain:                                           # the scanner splits the bytes itself
                 before, done = group.add(chunk.raw, chunk.first_line)
             else:                                               # the payload's, behind the envelope
-                before, done = _scan_payload(group, reader.feed(chunk.column, chunk.first_line), chunk.column, ctx)
+                got = group.add_cut(chunk.raw, chunk.first_line, cut, reader.timed) \
+                    if cut is not None and chunk.raw is not None and reader.carried_from() is None else None
+                if got is not None:
+                    before, done = got
+                    reader.passed(chunk.first_line + chunk.count - 1)
+                else:
+                    lines = chunk.column if chunk.raw is None else _lines(chunk.raw)
+                    before, done = _scan_payload(group, reader.feed(lines, chunk.first_line), lines, ctx)
             # the group before this chunk (it could not join it): a resume point where this chunk begins
             yield from _counted(before, ctx, out, reader.carried_from() is None)
         else:                                                   # (a group so far comes first)
@@ -127,6 +139,20 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
                                f"without its end): lines from {reader.carried_from()} on are left for the next ingest")
     elif reader.carried_from() is not None:
         yield from _counted([_parse_payload(reader.feed([], next_line, final=True), ctx)], ctx, out, True)
+
+
+def _cut_layers(reader: PayloadReader) -> Any:
+    """The codes of the layers ``envelope_cut`` cuts from the file's bytes (``reader``'s column key), or None
+    where one of them is not (syslog, journald, a terminal's colours, docker's JSON around another layer: the
+    column unwraps those)."""
+    import numpy as np
+
+    from ..parsers.sglang.scan_layout import LAYER_CODES
+
+    key = reader.unwrapper.columnar if reader.unwrapper is not None else None
+    if not key or any(k not in LAYER_CODES for k in key.split("+")) or ("docker_json" in key and key != "docker_json"):
+        return None
+    return np.array([LAYER_CODES[k] for k in key.split("+")], np.int64)
 
 
 def _scan_payload(group: Any, pay: Payload, lines: Any, ctx: Any) -> tuple[list[Any], list[Any]]:

@@ -177,6 +177,11 @@ class PayloadReader:
     def carried_from(self) -> int | None:
         return None if self.unwrapper is None else self.unwrapper.carried_from()
 
+    def passed(self, last_line: int) -> None:
+        """The lines up to ``last_line`` were read past this reader (cut from the file's bytes as its column
+        would unwrap them: ``sglang_fast.ScanGroup.add_cut``), none held back."""
+        self.highest = max(self.highest, last_line)
+
     def can_hold(self) -> bool:
         """Whether what is held back at the end of a live file can wait for the next read: the held lines
         are the file's last (nothing after them was handed on) and no paste state would be lost."""

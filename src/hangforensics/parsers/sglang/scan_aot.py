@@ -1,5 +1,6 @@
-"""The compiled scanner built ahead of time: ``sglang_scan``'s three entry points compiled once by numba's
-``pycc`` into a C extension module, kept in a cache directory and imported in about a millisecond.
+"""The compiled scanner built ahead of time: ``sglang_scan``'s three entry points and ``envelope_cut``'s two,
+compiled once by numba's ``pycc`` into a C extension module, kept in a cache directory and imported in about a
+millisecond.
 
 The scanner's code cached by numba's JIT still costs every process that loads it some 0.5 s of CPU (numba's
 import, its typing registries, LLVM, the cached code linked): the parser workers' fork server paid it before
@@ -37,9 +38,11 @@ SIGNATURES = {
     "scan": "Tuple((i1[::1], i8[::1], i8[:, ::1], i8[:, ::1], i1[:, ::1], f8[:, ::1], i1[:, ::1], i1[::1], "
             "i1[:, ::1], i8[:, ::1], i8[::1], i4[::1], i8[:, ::1]))(u1[::1], i8[::1], i8[::1], i8[::1], b1)",
     "gather": "Tuple((i8[::1], u1[::1]))(u1[::1], i8[::1], i8[::1])",
+    "envelope_cut": "Tuple((i8[::1], i8[::1], i8))(u1[::1], i8[::1], i8[::1], i8[::1])",
+    "docker_cut": "Tuple((u1[::1], i8[::1], i8))(u1[::1], i8[::1], i8[::1])",
 }
 # What the compiled code is made of: a change to any of these is a new module.
-_SOURCES = ("sglang_scan.py", "scan_layout.py", "sglang_patterns.py", "scan_aot.py")
+_SOURCES = ("sglang_scan.py", "envelope_cut.py", "scan_layout.py", "sglang_patterns.py", "scan_aot.py")
 _VERSIONS = ("numba", "llvmlite", "numpy")
 _SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
@@ -147,7 +150,7 @@ def _build(name: str, d: Path) -> None:
         warnings.simplefilter("ignore")
         from numba.pycc import CC
 
-    from . import sglang_scan
+    from . import envelope_cut, sglang_scan
 
     work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=d))
     try:
@@ -156,7 +159,8 @@ def _build(name: str, d: Path) -> None:
         cc.target_cpu = "host"
         cc.verbose = False
         for entry, signature in SIGNATURES.items():
-            cc.export(entry, signature)(getattr(sglang_scan, entry).py_func)
+            cc.export(entry, signature)(getattr(sglang_scan if hasattr(sglang_scan, entry) else envelope_cut,
+                                                entry).py_func)
         with _quiet(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             cc.compile()

@@ -18,3 +18,10 @@ NPEND = len(PENDING_KEYS)
 # At most this many distinct rank prefixes per chunk are interned (a log prints a handful: TP0, DP0 TP0, ...);
 # a chunk with more leaves its ranks to be cut out line by line.
 MAX_RANKS = 1024
+
+# ``envelope_cut``: the collector layers it cuts from a line (``columnar``'s names, outermost first; a timed one
+# only outermost; docker's JSON alone, unescaped into bytes of its own: ``docker_cut``), a line without a time, and what it says of a chunk (OK, or FALLBACK: the column's to unwrap)
+KUBECTL, CRI, COMPOSE, PROC_TAG, DOCKER_JSON = 1, 2, 3, 4, 5
+LAYER_CODES = {"kubectl": KUBECTL, "cri": CRI, "compose": COMPOSE, "proc_tag": PROC_TAG, "docker_json": DOCKER_JSON}
+NO_TIME = -(2 ** 63)
+OK, FALLBACK = 0, 1

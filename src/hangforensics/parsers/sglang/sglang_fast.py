@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -72,9 +73,11 @@ def scanner() -> Any:
             _scanner = _ahead_of_time()
         except Exception:                   # noqa: BLE001 (said where it failed: the JIT's code then)
             try:
-                from . import sglang_scan
+                from . import envelope_cut, sglang_scan
                 if not sglang_scan.CACHED:
                     raise RuntimeError("no writable cache directory for numba (NUMBA_CACHE_DIR)")
+                # (one module, as the one built ahead of time is)
+                sglang_scan.envelope_cut, sglang_scan.docker_cut = envelope_cut.envelope_cut, envelope_cut.docker_cut
                 _scanner = sglang_scan
             except Exception as e:              # noqa: BLE001 (an optional accelerator: any failure means "without")
                 _disable(e)
@@ -88,7 +91,8 @@ def _ahead_of_time() -> Any:
     from . import scan_aot, scan_layout
 
     module = scan_aot.load_or_build()
-    return SimpleNamespace(bounds=module.bounds, scan=module.scan, gather=module.gather, REST=scan_layout.REST,
+    return SimpleNamespace(bounds=module.bounds, scan=module.scan, gather=module.gather,
+                           envelope_cut=module.envelope_cut, docker_cut=module.docker_cut, REST=scan_layout.REST,
                            BATCH=scan_layout.BATCH, ACCESS=scan_layout.ACCESS, BATCH_SLOW=scan_layout.BATCH_SLOW,
                            DATED=scan_layout.DATED, ACCESS_BARE=scan_layout.ACCESS_BARE, built_ahead=True)
 
@@ -168,40 +172,100 @@ class ScanGroup:
         buf = np.frombuffer(raw, np.uint8)
         sc = scanner()
         text = _Text(sc, buf)
-        slices: list[_Slice] = []
-        head = _release_records(self.ctx)                   # bulk messages still looked at for the release
         try:
             if sc is None:
                 raise _Off
             starts, ends, brackets = sc.bounds(buf)
-            n = len(starts)
-            if not n:
+            if not len(starts):
                 return [], []
-            line_of = np.arange(first_line, first_line + n, dtype=np.int64)
-            ascii_all = raw.isascii()
-            for a in range(0, n, SLICE_LINES):
-                slices.append(_Slice(sc, text, starts, ends, a, min(a + SLICE_LINES, n), brackets, ascii_all,
-                                     line_of, self.ctx, head))
-                head -= slices[-1].messages
-            keep = np.concatenate([s.keep for s in slices])
-            keep_text = text.arrow(starts[keep], ends[keep])
+            slices, keep, keep_text = self._slices(sc, text, starts, ends, brackets, raw.isascii(), first_line)
         except Exception as e:              # noqa: BLE001 (compiling or caching failed: the general parser)
             if sc is not None:
                 _disable(e)
             return self.flush(), [_alone(_lines(raw), first_line, self.ctx, collected, original)]
+        return self._join(slices, keep, keep_text, first_line, len(starts), len(raw), collected,
+                          (lambda: original.gather(keep)) if original is not None else None,
+                          (lambda: original) if original is not None else None)
+
+    def add_cut(self, raw: bytes, first_line: int, layers: np.ndarray, timed: bool
+                ) -> tuple[list[Parsed], list[Parsed]] | None:
+        """``add`` of a chunk of a log behind an envelope whose prefixes ``envelope_cut`` cuts (``layers``;
+        ``timed``: the outermost gives each line its time), read from the file's own bytes: each line's
+        payload is where the scanner reads it, as ``add`` reads the payload the envelope's column gives
+        (docker's JSON: its texts unescaped by ``docker_cut`` into bytes of their own).  None (nothing done)
+        where the column must unwrap the chunk (FALLBACK), or the scanner finds no bulk line in it: the caller
+        then reads it as before (``parse._scan_payload``), the same rows either way."""
+        from .scan_layout import DOCKER_JSON, NO_TIME, OK
+
+        sc = scanner()
+        if sc is None:
+            return None
+        buf = np.frombuffer(raw, np.uint8)
+        own = _Text(sc, buf)
+        try:
+            starts, ends, brackets = sc.bounds(buf)
+            n = len(starts)
+            if not n:
+                return None
+            if layers[0] == DOCKER_JSON:
+                out, times, status = sc.docker_cut(buf, starts, ends)
+                if status != OK:
+                    return None
+                text, size = _Text(sc, out), len(out)
+                pstarts, pends, brackets = sc.bounds(out)
+                ascii_all = bytes(out).isascii()
+            else:
+                pstarts, times, status = sc.envelope_cut(buf, starts, ends, layers)
+                if status != OK:
+                    return None
+                # (the payload's bytes as ``parse._payload_bytes`` joins them: the group's size counts those)
+                text, pends, size, ascii_all = own, ends, int((ends - pstarts).sum()) + n, raw.isascii()
+            slices, keep, keep_text = self._slices(sc, text, pstarts, pends, brackets, ascii_all, first_line)
+        except Exception:                   # noqa: BLE001 (the column's way, whose failure ``add`` handles)
+            return None
+        if not any(s.bulk for s in slices):
+            return None
+        collected = None
+        if timed:
+            at = pl.Series("collected_ts", times)
+            collected = pl.select(pl.when(at != NO_TIME).then(at).cast(pl.Datetime("us"))).to_series()
+        return self._join(slices, keep, keep_text, first_line, n, size, collected,
+                          lambda: own.series(starts[keep], ends[keep]), lambda: own.series(starts, ends))
+
+    def _slices(self, sc: Any, text: _Text, starts: np.ndarray, ends: np.ndarray, brackets: np.ndarray,
+                ascii_all: bool, first_line: int) -> tuple[list[_Slice], np.ndarray, pa.LargeStringArray]:
+        """The chunk's lines through the scanner, a slice at a time: the slices, the lines the general parser
+        reads (indices) and their text."""
+        n = len(starts)
+        line_of = np.arange(first_line, first_line + n, dtype=np.int64)
+        head = _release_records(self.ctx)                   # bulk messages still looked at for the release
+        slices: list[_Slice] = []
+        for a in range(0, n, SLICE_LINES):
+            slices.append(_Slice(sc, text, starts, ends, a, min(a + SLICE_LINES, n), brackets, ascii_all,
+                                 line_of, self.ctx, head))
+            head -= slices[-1].messages
+        keep = np.concatenate([s.keep for s in slices])
+        return slices, keep, text.arrow(starts[keep], ends[keep])
+
+    def _join(self, slices: list[_Slice], keep: np.ndarray, keep_text: pa.LargeStringArray, first_line: int,
+              n: int, size: int, collected: pl.Series | None, kept_original: Callable[[], pl.Series] | None,
+              original: Callable[[], pl.Series] | None) -> tuple[list[Parsed], list[Parsed]]:
+        """``add``'s chunk, scanned, joined to the group (or read alone): ``n`` lines of ``size`` bytes;
+        ``kept_original``, ``original``: the file's own text of the kept lines, of every line."""
         before: list[Parsed] = []
         if self.first_line is None or not (self.last_dated and slices[0].first_dated):
             before = self.flush()
             if not any(s.bulk for s in slices):     # nothing for the scanner: the general path's own reading
                 lines = pl.from_arrow(keep_text)
                 assert isinstance(lines, pl.Series)
-                return before, [_alone(lines, first_line, self.ctx, collected, original)]
+                return before, [_alone(lines, first_line, self.ctx, collected,
+                                       original() if original is not None else None)]
         self.keep_text.append(keep_text)
-        self.keep_lines.append(line_of[keep])
+        self.keep_lines.append(np.arange(first_line, first_line + n, dtype=np.int64)[keep])
         if collected is not None:
             self.collected.append(collected)
-        if original is not None:
-            self.originals.append(original.gather(keep))
+        if kept_original is not None:
+            self.originals.append(kept_original())
         for s in slices:
             s.chunk = len(self.chunks)
         self.slices += slices
@@ -209,7 +273,7 @@ class ScanGroup:
         self.last_dated = slices[-1].last_dated
         self.first_line = first_line if self.first_line is None else self.first_line
         self.lines += n
-        self.bytes += len(raw)
+        self.bytes += size
         return before, (self.flush() if self.bytes >= self.group_bytes else [])
 
     def flush(self) -> list[Parsed]:
