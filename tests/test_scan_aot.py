@@ -56,6 +56,50 @@ def test_the_module_built_ahead_gives_the_jit_output() -> None:
             assert np.array_equal(a, b)
 
 
+def test_the_module_built_ahead_cuts_a_collectors_prefixes_as_the_jit_does() -> None:
+    """``envelope_cut`` and ``docker_cut`` give the same payload starts, unescaped texts, times and verdicts
+    from both builds, over the corpora's logs behind each layer they cut (and the logs as they are)."""
+    import json
+
+    from hangforensics.parsers.sglang import envelope_cut, scan_layout
+
+    aot = scan_aot.load_or_build()
+    prefixes = {"kubectl": "2026-03-02T08:00:00.123456789Z ", "cri": "2026-03-02T08:00:00+05:30 stderr F ",
+                "compose": "sglang-1  | ", "proc_tag": "(APIServer pid=7) ", "cri+proc_tag": "2026-03-02T08:00:00Z "
+                "stdout F (SGLangEngine pid=7) "}
+    seen = set()
+    for raw in _logs():
+        lines = raw.decode("utf-8", "replace").splitlines()
+        for key, prefix in {**prefixes, "none": ""}.items():
+            wrapped = "".join(prefix + s + "\n" for s in lines).encode()
+            buf = np.frombuffer(wrapped, np.uint8)
+            starts, ends, _ = aot.bounds(buf)
+            layers = np.array([scan_layout.LAYER_CODES[k] for k in key.split("+")] if key != "none" else
+                              [scan_layout.KUBECTL], np.int64)
+            ours, theirs = aot.envelope_cut(buf, starts, ends, layers), envelope_cut.envelope_cut(buf, starts, ends,
+                                                                                                  layers)
+            assert ours[2] == theirs[2]
+            seen.add(int(ours[2]))
+            if ours[2] == scan_layout.OK:
+                assert np.array_equal(ours[0], theirs[0]) and np.array_equal(ours[1], theirs[1])
+        docker = "".join(json.dumps({"log": s + "\n", "stream": "stderr", "time": "2026-03-02T08:00:00.5Z"},
+                                    ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c") + "\n"
+                         for s in lines).encode()
+        buf = np.frombuffer(docker, np.uint8)
+        starts, ends, _ = aot.bounds(buf)
+        ours, theirs = aot.docker_cut(buf, starts, ends), envelope_cut.docker_cut(buf, starts, ends)
+        assert ours[2] == theirs[2]
+        seen.add(int(ours[2]) + 10)
+        if ours[2] == scan_layout.OK:
+            assert bytes(ours[0]) == bytes(theirs[0]) and np.array_equal(ours[1], theirs[1])
+    partial = np.frombuffer(b"2026-03-02T08:00:00Z stdout P half, \n2026-03-02T08:00:00Z stdout F half\n", np.uint8)
+    starts, ends, _ = aot.bounds(partial)
+    cri = np.array([scan_layout.CRI], np.int64)
+    assert aot.envelope_cut(partial, starts, ends, cri)[2] == envelope_cut.envelope_cut(partial, starts, ends, cri)[2] \
+        == scan_layout.FALLBACK
+    assert seen == {scan_layout.OK, 10 + scan_layout.OK, 10 + scan_layout.FALLBACK}
+
+
 def test_a_process_loads_it_without_numba() -> None:
     """Built once, the module is what a parser's fork server loads: numba is never imported (its import and
     the JIT's cached code cost every such process some 0.5 s)."""
