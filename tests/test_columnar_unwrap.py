@@ -223,16 +223,17 @@ def cut_from_bytes(key: str, lines: list[str]) -> tuple[list[str], list[datetime
 
 @pytest.mark.parametrize("key, lines", [("kubectl", kubectl_line), ("cri", cri_line), ("proc_tag", proc_tag_line),
                                         ("compose", compose_line), ("cri+proc_tag", cri_ray_line),
-                                        ("docker_json", docker_line), ("docker_json", whole_entry)])
+                                        ("docker_json", docker_line), ("docker_json", whole_entry),
+                                        ("journald", journald_line), ("syslog", syslog_line)])
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_property_the_scanners_cut_of_a_prefix_is_the_columns(key: str, lines: st.SearchStrategy[str],
                                                               data: st.DataObject) -> None:
-    """Behind kubectl, CRI, compose, a process's tag or docker's JSON the scanner cuts each line's payload
-    from the chunk's bytes (docker's: unescaped), with the collector's time: the same text and time as the
-    column's unwrapping, on any line; where it leaves the chunk to the column (a CRI line in parts, a tag after
-    a colour's remnant or one the column rewrites before a vLLM record, a payload that ends in CR) the column
-    reads it."""
+    """Behind kubectl, CRI, compose, a process's tag, docker's JSON, journald's ``short-iso`` or RFC 5424 syslog
+    the scanner cuts each line's payload from the chunk's bytes (docker's: unescaped), with the collector's
+    time: the same text and time as the column's unwrapping, on any line; where it leaves the chunk to the
+    column (a CRI line in parts, a tag after a colour's remnant or one the column rewrites before a vLLM record,
+    a payload that ends in CR) the column reads it."""
     got = data.draw(st.lists(lines, min_size=1, max_size=30))
     cut = cut_from_bytes(key, got)
     column = as_column(key, got)

@@ -66,7 +66,8 @@ def test_the_module_built_ahead_cuts_a_collectors_prefixes_as_the_jit_does() -> 
     aot = scan_aot.load_or_build()
     prefixes = {"kubectl": "2026-03-02T08:00:00.123456789Z ", "cri": "2026-03-02T08:00:00+05:30 stderr F ",
                 "compose": "sglang-1  | ", "proc_tag": "(APIServer pid=7) ", "cri+proc_tag": "2026-03-02T08:00:00Z "
-                "stdout F (SGLangEngine pid=7) "}
+                "stdout F (SGLangEngine pid=7) ", "journald": "2026-03-02T08:00:00+0000 h100 sglang[12]: ",
+                "syslog": '<14>1 2026-03-02T08:00:00.5 h100 llm 12 - [meta x="a\\"]"] '}
     seen = set()
     for raw in _logs():
         lines = raw.decode("utf-8", "replace").splitlines()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .scan_layout import COMPOSE, CRI, FALLBACK, KUBECTL, NO_TIME, OK
+from .scan_layout import COMPOSE, CRI, FALLBACK, JOURNALD, KUBECTL, NO_TIME, OK, SYSLOG
 from .sglang_scan import _digit, _digits, _micros, _num, _word_char, njit
 
 # Python's datetime range in microseconds since 1970 (``columnar._FIRST_US``, ``_LAST_US``)
@@ -26,14 +26,26 @@ _LAST_US = 253_402_300_799_999_999
 def _iso_time(buf, p: int, end: int):
     """``ISO ZONE`` at ``p`` (``columnar._ISO``, ``_ZONE``): (where it ends, its time in microseconds since
     1970 moved to UTC or NO_TIME where ``columnar._collected_time`` gives none), or (-1, NO_TIME)."""
-    if p + 20 > end or not (_digits(buf, p, 4) and buf[p + 4] == 45 and _digits(buf, p + 5, 2)
-                            and buf[p + 7] == 45 and _digits(buf, p + 8, 2) and buf[p + 10] == 84
-                            and _digits(buf, p + 11, 2) and buf[p + 13] == 58 and _digits(buf, p + 14, 2)
-                            and buf[p + 16] == 58 and _digits(buf, p + 17, 2)):
+    return _iso(buf, p, end, False)
+
+
+@njit(inline="always")
+def _iso_time_zone_optional(buf, p: int, end: int):
+    """``ISO ZONE?`` at ``p`` (RFC 5424's time: without a zone, as UTC)."""
+    return _iso(buf, p, end, True)
+
+
+@njit(inline="always")
+def _iso(buf, p: int, end: int, zone_optional: bool):
+    """``_iso_time``, the zone optional or not."""
+    if p + (19 if zone_optional else 20) > end or not (
+            _digits(buf, p, 4) and buf[p + 4] == 45 and _digits(buf, p + 5, 2) and buf[p + 7] == 45
+            and _digits(buf, p + 8, 2) and buf[p + 10] == 84 and _digits(buf, p + 11, 2) and buf[p + 13] == 58
+            and _digits(buf, p + 14, 2) and buf[p + 16] == 58 and _digits(buf, p + 17, 2)):
         return -1, NO_TIME
     q = p + 19
     frac = 0
-    if buf[q] == 46 or buf[q] == 44:            # [.,]\d{1,9}: no digit, or a tenth, and there is no zone
+    if q < end and (buf[q] == 46 or buf[q] == 44):     # [.,]\d{1,9}: no digit, or a tenth, and no match
         r = q + 1
         while r < end and r - q <= 9 and _digit(buf[r]):
             if r - q <= 6:
@@ -45,25 +57,22 @@ def _iso_time(buf, p: int, end: int):
         for _ in range(min(n, 6), 6):
             frac *= 10
         q = r
-    if q >= end:
-        return -1, NO_TIME
     east = 0
-    c = buf[q]
+    c = buf[q] if q < end else 0
     if c == 90 or c == 122:                     # Z, z
         q += 1
-    elif c == 43 or c == 45:                    # [+-]\d{2}:?\d{2}
-        if q + 3 > end or not _digits(buf, q + 1, 2):
-            return -1, NO_TIME
+    elif (c == 43 or c == 45) and q + 3 <= end and _digits(buf, q + 1, 2):     # [+-]\d{2}:?\d{2}
         r = q + 3
         if r < end and buf[r] == 58:
             r += 1
-        if r + 2 > end or not _digits(buf, r, 2):
+        if r + 2 <= end and _digits(buf, r, 2):
+            east = _num(buf, q + 1, 2) * 60 + _num(buf, r, 2)
+            if c == 45:
+                east = -east
+            q = r + 2
+        elif not zone_optional:
             return -1, NO_TIME
-        east = _num(buf, q + 1, 2) * 60 + _num(buf, r, 2)
-        if c == 45:
-            east = -east
-        q = r + 2
-    else:
+    elif not zone_optional:
         return -1, NO_TIME
     # (the base as ``python_datetime`` reads it: a 'T' in place of the space _micros expects is not looked at)
     us = _micros(buf, p)
@@ -122,6 +131,120 @@ def _cri(buf, s: int, end: int):
     if r < 0:
         return s, NO_TIME, False
     return r, us, tag == 80
+
+
+@njit(inline="always")
+def _not_space(c: int) -> bool:
+    """``\\S`` under re.ASCII (``columnar._NOT_SPACE``)."""
+    return c != 32 and not (9 <= c <= 13)
+
+
+@njit(inline="always")
+def _field_end(buf, p: int, end: int) -> int:
+    """Where ``\\S+ `` at ``p`` ends (after its space), or -1."""
+    q = p
+    while q < end and _not_space(buf[q]):
+        q += 1
+    return q + 1 if q > p and q < end and buf[q] == 32 else -1
+
+
+@njit(inline="always")
+def _journald(buf, s: int, end: int):
+    """``columnar.PATTERNS['journald']`` (``short-iso``: ``ISO ZONE host tag[pid]: ``) at ``s``: (payload start,
+    time), (s, NO_TIME) where it does not match."""
+    q, us = _iso_time(buf, s, end)
+    if q < 0 or q >= end or buf[q] != 32:
+        return s, NO_TIME
+    q = _field_end(buf, q + 1, end)
+    if q < 0:
+        return s, NO_TIME
+    r = q                                       # the tag: [^\s\[\]:]+ then [pid]? then ':'
+    while r < end and _not_space(buf[r]) and buf[r] != 91 and buf[r] != 93 and buf[r] != 58:
+        r += 1
+    if r == q or r >= end:
+        return s, NO_TIME
+    if buf[r] == 91:
+        t = r + 1
+        while t < end and _digit(buf[t]):
+            t += 1
+        if t == r + 1 or t + 1 >= end or buf[t] != 93 or buf[t + 1] != 58:
+            return s, NO_TIME
+        r = t + 1
+    if buf[r] != 58:
+        return s, NO_TIME
+    r = _after_space(buf, r + 1, end)
+    return (s, NO_TIME) if r < 0 else (r, us)
+
+
+@njit(inline="always")
+def _sd_end(buf, p: int, end: int) -> int:
+    """Where RFC 5424's structured data (``-``, or ``[...]`` elements with quoted, escaped values) at ``p``
+    ends, as ``columnar.PATTERNS['syslog']`` reads it, or -1."""
+    if p < end and buf[p] == 45:
+        return p + 1
+    q = p
+    while q < end and buf[q] == 91:             # an element: up to its first ']' outside quotes and escapes
+        q += 1
+        while True:
+            if q >= end:
+                return -1
+            c = buf[q]
+            if c == 93:
+                q += 1
+                break
+            if c == 92:                         # \. (any character after it)
+                if q + 1 >= end:
+                    return -1
+                q += 2
+            elif c == 34:                       # "..." with \. inside
+                q += 1
+                while q < end and buf[q] != 34:
+                    q += 2 if buf[q] == 92 else 1
+                if q >= end:
+                    return -1
+                q += 1
+            else:
+                q += 1
+    return q if q > p else -1
+
+
+@njit(inline="always")
+def _syslog(buf, s: int, end: int):
+    """``columnar.PATTERNS['syslog']`` (RFC 5424) at ``s``: (payload start, time), (s, NO_TIME) where it does
+    not match."""
+    if s >= end or buf[s] != 60:
+        return s, NO_TIME
+    q = s + 1
+    while q < end and q - s <= 3 and _digit(buf[q]):
+        q += 1
+    if q == s + 1 or q + 2 >= end or buf[q] != 62 or buf[q + 1] != 49 or buf[q + 2] != 32:  # '>1 '
+        return s, NO_TIME
+    q += 3
+    us = np.int64(NO_TIME)                      # (typed as the times are: numba's ahead-of-time build wants it)
+    if q < end and buf[q] == 45:                # '-': no time
+        q += 1
+    else:
+        q, us = _iso_time_zone_optional(buf, q, end)
+        if q < 0:
+            return s, NO_TIME
+    if q >= end or buf[q] != 32:
+        return s, NO_TIME
+    q += 1
+    for _ in range(4):                          # host, app, procid, msgid
+        q = _field_end(buf, q, end)
+        if q < 0:
+            return s, NO_TIME
+    q = _sd_end(buf, q, end)
+    if q < 0:
+        return s, NO_TIME
+    if q == end:
+        return q, us
+    if buf[q] != 32:
+        return s, NO_TIME
+    q += 1
+    if q + 3 <= end and buf[q] == 0xEF and buf[q + 1] == 0xBB and buf[q + 2] == 0xBF:     # U+FEFF
+        q += 3
+    return q, us
 
 
 @njit(inline="always")
@@ -298,6 +421,12 @@ def envelope_cut(buf, starts, ends, layers):
                 s, us, partial = _cri(buf, s, e)
                 if partial:
                     return pstarts, times, FALLBACK
+                times[row] = us
+            elif layer == JOURNALD:
+                s, us = _journald(buf, s, e)
+                times[row] = us
+            elif layer == SYSLOG:
+                s, us = _syslog(buf, s, e)
                 times[row] = us
             elif layer == COMPOSE:
                 s = _compose(buf, s, e)

@@ -21,7 +21,8 @@ MAX_RANKS = 1024
 
 # ``envelope_cut``: the collector layers it cuts from a line (``columnar``'s names, outermost first; a timed one
 # only outermost; docker's JSON alone, unescaped into bytes of its own: ``docker_cut``), a line without a time, and what it says of a chunk (OK, or FALLBACK: the column's to unwrap)
-KUBECTL, CRI, COMPOSE, PROC_TAG, DOCKER_JSON = 1, 2, 3, 4, 5
-LAYER_CODES = {"kubectl": KUBECTL, "cri": CRI, "compose": COMPOSE, "proc_tag": PROC_TAG, "docker_json": DOCKER_JSON}
+KUBECTL, CRI, COMPOSE, PROC_TAG, DOCKER_JSON, JOURNALD, SYSLOG = 1, 2, 3, 4, 5, 6, 7
+LAYER_CODES = {"kubectl": KUBECTL, "cri": CRI, "compose": COMPOSE, "proc_tag": PROC_TAG, "docker_json": DOCKER_JSON,
+               "journald": JOURNALD, "syslog": SYSLOG}
 NO_TIME = -(2 ** 63)
 OK, FALLBACK = 0, 1
