@@ -306,6 +306,50 @@ def test_property_a_yearless_column_unwraps_as_the_layer_does_chunk_after_chunk(
     assert _fed(YEARLESS[key], chunks, hint, column=True) == _fed(YEARLESS[key], chunks, hint, column=False)
 
 
+def _fed_cut(stack: EnvelopeStack, key: str, chunks: list[list[str]], hint: object) -> list[tuple]:
+    """``_fed``, each chunk cut by the scanner's side first (``yearless_cut``, its year by
+    ``columnar.yearless_times`` on the unwrapper's state), the unwrapper's own reading where that declines."""
+    import numpy as np
+
+    from hangforensics.parsers.sglang import scan_layout, sglang_fast
+
+    sc = sglang_fast.scanner()
+    assert sc is not None
+    u = Unwrapper(stack, year_hint=hint)
+    out = []
+    for chunk in chunks:
+        raw = "".join(s + "\n" for s in chunk).encode()
+        buf = np.frombuffer(raw, np.uint8)
+        starts, ends, _ = sc.bounds(buf)
+        pstarts, fields, status = sc.yearless_cut(buf, starts, ends, key == "syslog:3164")
+        times = columnar.yearless_times(fields, u.years) if status == scan_layout.OK else None
+        if times is None:
+            got = u.feed(pl.Series(chunk, dtype=pl.String), 1)
+            ts = got.collected_ts
+            out.append((list(got.payload), ts.to_list() if isinstance(ts, pl.Series) else list(ts)))
+            continue
+        out.append(([raw[a:b].decode() for a, b in zip(pstarts.tolist(), ends.tolist(), strict=True)],
+                    [None if t == scan_layout.NO_TIME else datetime(1970, 1, 1) + timedelta(microseconds=t)
+                     for t in times.tolist()]))
+    return out + [(u.years.year, u.years.last)]
+
+
+@pytest.mark.parametrize("key", list(YEARLESS))
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_property_the_scanners_cut_of_a_yearless_prefix_is_the_columns(key: str, data: st.DataObject) -> None:
+    """journald's ``short`` and RFC 3164 cut from the bytes, chunk after chunk: the payloads and times of the
+    column (each chunk's one year, the latest time carried; a chunk that steps half a year line by line), and
+    the same year and latest time carried on after them."""
+    chunks = data.draw(st.lists(st.lists(yearless_line, min_size=1, max_size=12), min_size=1, max_size=3))
+    hint = data.draw(st.sampled_from([None, 2026, datetime(2026, 1, 3), datetime(2025, 12, 30, 23, 0), datetime(2024, 6, 1)]))
+    u = Unwrapper(YEARLESS[key], year_hint=hint)
+    column = _fed(YEARLESS[key], chunks, hint, column=True)
+    for chunk in chunks:                        # (the column's final state, read again the column's way)
+        u.feed(pl.Series(chunk, dtype=pl.String), 1)
+    assert _fed_cut(YEARLESS[key], key, chunks, hint) == column + [(u.years.year, u.years.last)]
+
+
 def test_a_yearless_log_is_read_as_a_column_until_it_crosses_new_year() -> None:
     """journald's ``short`` lines of one year are a column (the times the layer gives); a chunk across New Year
     is left to the layer, which moves to the next year; the chunk after it is a column again, in that year."""

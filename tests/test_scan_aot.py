@@ -93,6 +93,13 @@ def test_the_module_built_ahead_cuts_a_collectors_prefixes_as_the_jit_does() -> 
         seen.add(int(ours[2]) + 10)
         if ours[2] == scan_layout.OK:
             assert bytes(ours[0]) == bytes(theirs[0]) and np.array_equal(ours[1], theirs[1])
+    for raw in _logs()[:20]:                    # the year-less prefixes' fields (journald's short, RFC 3164)
+        lines = raw.decode("utf-8", "replace").splitlines()
+        for pri, prefix in ((False, "Mar  2 08:00:00 h100 sglang[12]: "), (True, "<14>Dec 31 23:59:59.5 h sglang: ")):
+            wrapped = np.frombuffer("".join(prefix + s + "\n" for s in lines).encode(), np.uint8)
+            starts, ends, _ = aot.bounds(wrapped)
+            ours, theirs = aot.yearless_cut(wrapped, starts, ends, pri), envelope_cut.yearless_cut(wrapped, starts, ends, pri)
+            assert ours[2] == theirs[2] and np.array_equal(ours[0], theirs[0]) and np.array_equal(ours[1], theirs[1])
     partial = np.frombuffer(b"2026-03-02T08:00:00Z stdout P half, \n2026-03-02T08:00:00Z stdout F half\n", np.uint8)
     starts, ends, _ = aot.bounds(partial)
     cri = np.array([scan_layout.CRI], np.int64)

@@ -248,7 +248,8 @@ def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: p
     _assert_same(fast, general)
     # behind the prefixes ``envelope_cut`` reads, the scanner read most chunks from the file's own bytes (the
     # others, a CRI record split in P parts, a payload ending in CR, went the column's way: the same rows)
-    cut = key in ("kubectl", "cri", "proc_tag", "compose", "cri+proc_tag", "docker_json", "syslog", "journald")
+    cut = key in ("kubectl", "cri", "proc_tag", "compose", "cri+proc_tag", "docker_json", "syslog", "journald",
+                  "journald-short")
     assert (len(CUT) > 10) if cut else not CUT, CUT
     with duckdb.connect(str(tmp_path / "0.duckdb"), read_only=True) as con:
         assert con.execute("SELECT envelope FROM sources").fetchone()[0] == key.split("-")[0]

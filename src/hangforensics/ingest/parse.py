@@ -114,7 +114,7 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
             if plain:                                           # the scanner splits the bytes itself
                 before, done = group.add(chunk.raw, chunk.first_line)
             else:                                               # the payload's, behind the envelope
-                got = group.add_cut(chunk.raw, chunk.first_line, cut, reader.timed) \
+                got = group.add_cut(chunk.raw, chunk.first_line, cut, reader.timed, reader.unwrapper.years) \
                     if cut is not None and chunk.raw is not None and reader.carried_from() is None else None
                 if got is not None:
                     before, done = got
@@ -142,17 +142,18 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
 
 
 def _cut_layers(reader: PayloadReader) -> Any:
-    """The codes of the layers ``envelope_cut`` cuts from the file's bytes (``reader``'s column key), or None
-    where one of them is not (syslog, journald, a terminal's colours, docker's JSON around another layer: the
+    """The codes of the layers the scanner's side cuts from the file's bytes (``reader``'s column key), or None
+    where one of them is not (a terminal's colours; docker's JSON or a year-less time around another layer: the
     column unwraps those)."""
     import numpy as np
 
-    from ..parsers.sglang.scan_layout import LAYER_CODES
+    from ..parsers.sglang.scan_layout import ALONE, LAYER_CODES
 
     key = reader.unwrapper.columnar if reader.unwrapper is not None else None
-    if not key or any(k not in LAYER_CODES for k in key.split("+")) or ("docker_json" in key and key != "docker_json"):
+    if not key or any(k not in LAYER_CODES for k in key.split("+")):
         return None
-    return np.array([LAYER_CODES[k] for k in key.split("+")], np.int64)
+    codes = np.array([LAYER_CODES[k] for k in key.split("+")], np.int64)
+    return None if len(codes) > 1 and codes[0] in ALONE else codes
 
 
 def _scan_payload(group: Any, pay: Payload, lines: Any, ctx: Any) -> tuple[list[Any], list[Any]]:

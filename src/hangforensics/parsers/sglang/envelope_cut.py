@@ -553,3 +553,107 @@ def docker_cut(buf, starts, ends):
         out[w] = 10
         w += 1
     return out[:w], times, OK
+
+
+_MONTH_NAMES = np.frombuffer(b"JanFebMarAprMayJunJulAugSepOctNovDec", np.uint8)
+
+
+@njit(inline="always")
+def _tag_end_at(buf, r: int, end: int) -> int:
+    """``columnar._TAG`` then ``(?: |$)`` at ``r`` (``name[pid]:`` and a space, or the line's end): where it
+    ends, or -1."""
+    q = r
+    while q < end and _not_space(buf[q]) and buf[q] != 91 and buf[q] != 93 and buf[q] != 58:
+        q += 1
+    if q == r or q >= end:
+        return -1
+    if buf[q] == 91:
+        t = q + 1
+        while t < end and _digit(buf[t]):
+            t += 1
+        if t == q + 1 or t + 1 >= end or buf[t] != 93 or buf[t + 1] != 58:
+            return -1
+        q = t + 1
+    if buf[q] != 58:
+        return -1
+    return _after_space(buf, q + 1, end)
+
+
+@njit(nogil=True)
+def yearless_cut(buf, starts, ends, pri):
+    """Per line [starts[i], ends[i]) of ``buf``: where its payload starts behind a year-less prefix
+    (``columnar.YEARLESS``: journald's ``short``, or with ``pri`` RFC 3164's ``<PRI>``), and its time's fields
+    as the pattern reads them (rows: month 1-12, 0 where the prefix does not match; day; hours; minutes;
+    seconds; microseconds): the year is the file's (``columnar.yearless_times``); and OK, or FALLBACK where a
+    payload ends in CR."""
+    n = len(starts)
+    pstarts = np.empty(n, np.int64)
+    fields = np.zeros((6, n), np.int64)
+    for row in range(n):
+        s = starts[row]
+        e = ends[row]
+        pstarts[row] = s
+        p = s
+        if pri:                                 # <\d{1,3}>
+            if p >= e or buf[p] != 60:
+                continue
+            q = p + 1
+            while q < e and q - p <= 3 and _digit(buf[q]):
+                q += 1
+            if q == p + 1 or q >= e or buf[q] != 62:
+                continue
+            p = q + 1
+        if p + 15 > e:
+            continue
+        mon = 0
+        for k in range(12):
+            if buf[p] == _MONTH_NAMES[3 * k] and buf[p + 1] == _MONTH_NAMES[3 * k + 1] \
+                    and buf[p + 2] == _MONTH_NAMES[3 * k + 2]:
+                mon = k + 1
+        if mon == 0 or buf[p + 3] != 32:        # the month, then ' {1,2}'
+            continue
+        q = p + 4
+        if buf[q] == 32:
+            q += 1
+        d = q                                   # \d{1,2} and a space
+        while q < e and q - d < 2 and _digit(buf[q]):
+            q += 1
+        if q == d or q >= e or buf[q] != 32:
+            continue
+        day = _num(buf, d, q - d)
+        q += 1                                  # \d{2}:\d{2}:\d{2}
+        if q + 8 > e or not (_digits(buf, q, 2) and buf[q + 2] == 58 and _digits(buf, q + 3, 2)
+                             and buf[q + 5] == 58 and _digits(buf, q + 6, 2)):
+            continue
+        hh, mi, ss = _num(buf, q, 2), _num(buf, q + 3, 2), _num(buf, q + 6, 2)
+        q += 8
+        frac = 0
+        if q < e and (buf[q] == 46 or buf[q] == 44):    # [.,]\d{1,9}
+            r = q + 1
+            while r < e and r - q <= 9 and _digit(buf[r]):
+                if r - q <= 6:
+                    frac = frac * 10 + (buf[r] - 48)
+                r += 1
+            k = r - q - 1
+            if k == 0 or k > 9:
+                continue
+            for _ in range(min(k, 6), 6):
+                frac *= 10
+            q = r
+        if q >= e or buf[q] != 32:
+            continue
+        q += 1
+        # (?:\S+ )?TAG(?: |$), tried as the regex tries it: with the host first, then without
+        h = _field_end(buf, q, e)
+        t = _tag_end_at(buf, h, e) if h >= 0 else -1
+        if t < 0:
+            t = _tag_end_at(buf, q, e)
+        if t < 0:
+            continue
+        pstarts[row] = t
+        fields[0, row], fields[1, row], fields[2, row] = mon, day, hh
+        fields[3, row], fields[4, row], fields[5, row] = mi, ss, frac
+    for row in range(n):
+        if ends[row] > pstarts[row] and buf[ends[row] - 1] == 13:
+            return pstarts, fields, FALLBACK
+    return pstarts, fields, OK

@@ -1,4 +1,4 @@
-"""The compiled scanner built ahead of time: ``sglang_scan``'s three entry points and ``envelope_cut``'s two,
+"""The compiled scanner built ahead of time: ``sglang_scan``'s three entry points and ``envelope_cut``'s three,
 compiled once by numba's ``pycc`` into a C extension module, kept in a cache directory and imported in about a
 millisecond.
 
@@ -40,6 +40,7 @@ SIGNATURES = {
     "gather": "Tuple((i8[::1], u1[::1]))(u1[::1], i8[::1], i8[::1])",
     "envelope_cut": "Tuple((i8[::1], i8[::1], i8))(u1[::1], i8[::1], i8[::1], i8[::1])",
     "docker_cut": "Tuple((u1[::1], i8[::1], i8))(u1[::1], i8[::1], i8[::1])",
+    "yearless_cut": "Tuple((i8[::1], i8[:, ::1], i8))(u1[::1], i8[::1], i8[::1], b1)",
 }
 # What the compiled code is made of: a change to any of these is a new module.
 _SOURCES = ("sglang_scan.py", "envelope_cut.py", "scan_layout.py", "sglang_patterns.py", "scan_aot.py")

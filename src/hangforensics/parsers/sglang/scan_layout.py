@@ -22,7 +22,9 @@ MAX_RANKS = 1024
 # ``envelope_cut``: the collector layers it cuts from a line (``columnar``'s names, outermost first; a timed one
 # only outermost; docker's JSON alone, unescaped into bytes of its own: ``docker_cut``), a line without a time, and what it says of a chunk (OK, or FALLBACK: the column's to unwrap)
 KUBECTL, CRI, COMPOSE, PROC_TAG, DOCKER_JSON, JOURNALD, SYSLOG = 1, 2, 3, 4, 5, 6, 7
+JOURNALD_SHORT, SYSLOG_3164 = 8, 9          # year-less: ``yearless_cut`` alone, the year ``columnar``'s rule
 LAYER_CODES = {"kubectl": KUBECTL, "cri": CRI, "compose": COMPOSE, "proc_tag": PROC_TAG, "docker_json": DOCKER_JSON,
-               "journald": JOURNALD, "syslog": SYSLOG}
+               "journald": JOURNALD, "syslog": SYSLOG, "journald:short": JOURNALD_SHORT, "syslog:3164": SYSLOG_3164}
+ALONE = (DOCKER_JSON, JOURNALD_SHORT, SYSLOG_3164)     # layers cut only alone (no layer inside them)
 NO_TIME = -(2 ** 63)
 OK, FALLBACK = 0, 1

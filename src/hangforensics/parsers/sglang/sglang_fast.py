@@ -77,7 +77,8 @@ def scanner() -> Any:
                 if not sglang_scan.CACHED:
                     raise RuntimeError("no writable cache directory for numba (NUMBA_CACHE_DIR)")
                 # (one module, as the one built ahead of time is)
-                sglang_scan.envelope_cut, sglang_scan.docker_cut = envelope_cut.envelope_cut, envelope_cut.docker_cut
+                sglang_scan.envelope_cut, sglang_scan.docker_cut, sglang_scan.yearless_cut = \
+                    envelope_cut.envelope_cut, envelope_cut.docker_cut, envelope_cut.yearless_cut
                 _scanner = sglang_scan
             except Exception as e:              # noqa: BLE001 (an optional accelerator: any failure means "without")
                 _disable(e)
@@ -92,7 +93,8 @@ def _ahead_of_time() -> Any:
 
     module = scan_aot.load_or_build()
     return SimpleNamespace(bounds=module.bounds, scan=module.scan, gather=module.gather,
-                           envelope_cut=module.envelope_cut, docker_cut=module.docker_cut, REST=scan_layout.REST,
+                           envelope_cut=module.envelope_cut, docker_cut=module.docker_cut,
+                           yearless_cut=module.yearless_cut, REST=scan_layout.REST,
                            BATCH=scan_layout.BATCH, ACCESS=scan_layout.ACCESS, BATCH_SLOW=scan_layout.BATCH_SLOW,
                            DATED=scan_layout.DATED, ACCESS_BARE=scan_layout.ACCESS_BARE, built_ahead=True)
 
@@ -187,15 +189,18 @@ class ScanGroup:
                           (lambda: original.gather(keep)) if original is not None else None,
                           (lambda: original) if original is not None else None)
 
-    def add_cut(self, raw: bytes, first_line: int, layers: np.ndarray, timed: bool
+    def add_cut(self, raw: bytes, first_line: int, layers: np.ndarray, timed: bool, years: Any = None
                 ) -> tuple[list[Parsed], list[Parsed]] | None:
         """``add`` of a chunk of a log behind an envelope whose prefixes ``envelope_cut`` cuts (``layers``;
         ``timed``: the outermost gives each line its time), read from the file's own bytes: each line's
         payload is where the scanner reads it, as ``add`` reads the payload the envelope's column gives
-        (docker's JSON: its texts unescaped by ``docker_cut`` into bytes of their own).  None (nothing done)
-        where the column must unwrap the chunk (FALLBACK), or the scanner finds no bulk line in it: the caller
-        then reads it as before (``parse._scan_payload``), the same rows either way."""
-        from .scan_layout import DOCKER_JSON, NO_TIME, OK
+        (docker's JSON: its texts unescaped by ``docker_cut`` into bytes of their own; a year-less time:
+        ``yearless_cut``'s fields, the year by ``years``, the file's ``times._Years``, moved on only when the
+        chunk is read so).  None (nothing done) where the column must unwrap the chunk (FALLBACK, a step of half
+        a year), or the scanner finds no bulk line in it: the caller then reads it as before
+        (``parse._scan_payload``), the same rows either way."""
+        from ...readers.envelopes.columnar import yearless_times
+        from .scan_layout import DOCKER_JSON, JOURNALD_SHORT, NO_TIME, OK, SYSLOG_3164
 
         sc = scanner()
         if sc is None:
@@ -207,6 +212,7 @@ class ScanGroup:
             n = len(starts)
             if not n:
                 return None
+            fields = None
             if layers[0] == DOCKER_JSON:
                 out, times, status = sc.docker_cut(buf, starts, ends)
                 if status != OK:
@@ -215,7 +221,10 @@ class ScanGroup:
                 pstarts, pends, brackets = sc.bounds(out)
                 ascii_all = bytes(out).isascii()
             else:
-                pstarts, times, status = sc.envelope_cut(buf, starts, ends, layers)
+                if layers[0] in (JOURNALD_SHORT, SYSLOG_3164):
+                    pstarts, fields, status = sc.yearless_cut(buf, starts, ends, bool(layers[0] == SYSLOG_3164))
+                else:
+                    pstarts, times, status = sc.envelope_cut(buf, starts, ends, layers)
                 if status != OK:
                     return None
                 # (the payload's bytes as ``parse._payload_bytes`` joins them: the group's size counts those)
@@ -225,6 +234,10 @@ class ScanGroup:
             return None
         if not any(s.bulk for s in slices):
             return None
+        if fields is not None:
+            times = yearless_times(fields, years)
+            if times is None:
+                return None
         collected = None
         if timed:
             at = pl.Series("collected_ts", times)

@@ -11,6 +11,7 @@ alternation, so a line matches, and is cut, where the layer's own pattern matche
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ...parsers.datetimes import micros_expr, python_datetime
@@ -189,6 +190,58 @@ def _yearless(lines: pl.Series, pattern: str, years: Any) -> tuple[pl.Series, pl
     return payload, times.alias("collected_ts")
 
 
+def yearless_times(fields: Any, years: Any) -> Any:
+    """``_yearless``'s times from a year-less prefix's fields as the compiled scanner's side reads them from the
+    bytes (``envelope_cut.yearless_cut``: rows month (0: no prefix), day, hours, minutes, seconds,
+    microseconds; a column per line): microseconds since 1970 (``NO_TIME``: none), by the same rule (the
+    chunk's one year, the latest time carried), ``years`` moved on as ``_yearless`` moves it; None where a line
+    steps half a year (the chunk is read line by line, ``years`` untouched)."""
+    import numpy as np
+
+    from ...parsers.sglang.scan_layout import NO_TIME
+
+    mon, day, hh, mi, ss, us = (fields[k] for k in range(6))
+    n = len(mon)
+    out = np.full(n, NO_TIME, np.int64)
+    matched = np.flatnonzero(mon > 0)
+    if years is None or years.hint is None or not len(matched):
+        return out
+    year = years.year
+    if year is None:
+        first = int(matched[0])
+        year = years.first_year(tuple(int(fields[k][first]) for k in range(6)))
+    if not 1 <= year <= 9999:                   # (a date Python has no datetime for: the column's to say)
+        return None
+    # (as ``python_datetime`` reads 'YYYY-MM-DD HH:MM:SS': a date or second that does not exist has none)
+    leap = (year % 4 == 0 and year % 100 != 0) or year % 400 == 0
+    dim = np.array([0, 31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
+    ok = (mon > 0) & (day >= 1) & (day <= dim[mon]) & (hh <= 23) & (mi <= 59) & (ss <= 59) & (year >= 1)
+    start = (np.datetime64(f"{year:04d}-01-01", "D") - np.datetime64("1970-01-01", "D")).astype(np.int64)
+    first_of_month = np.array([0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334], np.int64)
+    first_of_month[3:] += int(leap)
+    days = start + first_of_month[mon] + day - 1
+    out[ok] = (days * 86400 + hh * 3600 + mi * 60 + ss)[ok] * 1_000_000 + us[ok]
+    # the latest time before each line (its own excluded; the carried one first): a step of half a year from it
+    # is a new year or a late line, which the line-by-line reading decides
+    latest = np.maximum.accumulate(np.where(ok, out, NO_TIME))
+    before = np.empty(n, np.int64)
+    before[0] = NO_TIME
+    before[1:] = latest[:-1]
+    if years.last is not None:
+        carried = (years.last - _EPOCH) // _US
+        before = np.maximum(before, carried)
+    half = years.HALF_YEAR // _US
+    known = ok & (before != NO_TIME)
+    if ((out[known] < before[known] - half) | (out[known] > before[known] + half)).any():
+        return None
+    years.year = year
+    if ok.any():
+        top = _EPOCH + int(out[ok].max()) * _US
+        if years.last is None or top > years.last:
+            years.last = top
+    return out
+
+
 def _untagged(lines: pl.Series) -> pl.Series:
     """``lines`` without the process tag before them (``pastes._ProcTag``): one before a vLLM record is kept,
     rid of a lost colour escape's remnants."""
@@ -263,6 +316,9 @@ def _collected_time(base: Any, frac: Any, zone: Any) -> Any:
     us = t + micro - east * 60_000_000
     return pl.when(us.is_between(_FIRST_US, _LAST_US)).then(us).cast(pl.Datetime("us"))
 
+
+_EPOCH = datetime(1970, 1, 1)
+_US = timedelta(microseconds=1)
 
 # Python's datetime range in microseconds since 1970: 0001-01-01 to 9999-12-31 23:59:59.999999
 _FIRST_US = -62_135_596_800_000_000
