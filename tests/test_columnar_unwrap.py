@@ -26,7 +26,8 @@ STACKS = {"kubectl": EnvelopeStack(("kubectl",), ("",)), "cri": EnvelopeStack(("
           "ansi": EnvelopeStack(("ansi",), ("",)), "docker_json": EnvelopeStack(("docker_json",), ("",)),
           "ansi+proc_tag": EnvelopeStack(("ansi", "proc_tag"), ("", "")),
           "cri+proc_tag": EnvelopeStack(("cri", "proc_tag"), ("", "")),
-          "kubectl+compose+ansi": EnvelopeStack(("kubectl", "compose", "ansi"), ("", "", ""))}
+          "kubectl+compose+ansi": EnvelopeStack(("kubectl", "compose", "ansi"), ("", "", "")),
+          "compose+kubectl": EnvelopeStack(("compose", "kubectl"), ("", ""))}
 
 
 def line_by_line(key: str, lines: list[str]) -> tuple[list[str], list[datetime | None]]:
@@ -242,6 +243,23 @@ def test_property_the_scanners_cut_of_a_prefix_is_the_columns(key: str, lines: s
             "only a partial CRI line, a tag in colour or a payload ending in CR is the column's"
         return
     assert cut == column
+
+
+# a time inside an untimed layer (compose's column around kubectl's times): no column, the layers line by line
+compose_kubectl_line = st.one_of(
+    st.builds(lambda c, t, s, p: c + t + s + p, st.sampled_from(["sglang-1  | ", "x|", "a b | ", ""]), stamp, sep,
+              text),
+    compose_line)
+
+
+@settings(max_examples=300, deadline=None)
+@given(got=st.lists(compose_kubectl_line, min_size=1, max_size=30))
+def test_property_a_time_inside_an_untimed_layer_is_cut_as_the_layers_read_it(got: list[str]) -> None:
+    """compose's column around kubectl's times, which the column does not read: cut from the bytes, each line as
+    the two layers read it one after the other, line by line."""
+    assert columnar.columnar_layer(("compose", "kubectl"), ("", "")) is None
+    cut = cut_from_bytes("compose+kubectl", got)
+    assert cut is not None and cut == line_by_line("compose+kubectl", got)
 
 
 def test_a_collectors_lines_as_they_come_are_cut_by_the_scanner() -> None:

@@ -207,6 +207,7 @@ def _wrapped(key: str, lines: list[str], r: random.Random, split: bool = True) -
         prefix = {"kubectl": f"{t}+05:30 ", "cri": f"{t}-01:00 stderr F ", "syslog": f"<14>1 {t}Z h sglang 7 - - ",
                   "journald": f"{t}+0100 h sglang[7]: ", "journald-short": f"{short} h sglang[7]: ",
                   "cri+proc_tag": f"{t}-01:00 stderr F (SGLangEngine pid=7) ",
+                  "compose+kubectl": f"sglang-1  | {t}+05:30 ",
                   "proc_tag": "(SGLangEngine pid=7) ", "compose": "sglang-1  | ",
                   "ansi": "", "docker_json": "", "ansi+proc_tag": "\x1b[36m(SGLangEngine pid=7)\x1b[0m "}[key]
         if key == "ansi":           # a colour around the start of some lines, a redraw in a few
@@ -225,7 +226,7 @@ def _wrapped(key: str, lines: list[str], r: random.Random, split: bool = True) -
 
 
 @pytest.mark.parametrize("key", ["kubectl", "cri", "syslog", "journald", "journald-short", "docker_json", "proc_tag",
-                                 "compose", "ansi", "ansi+proc_tag", "cri+proc_tag"])
+                                 "compose", "ansi", "ansi+proc_tag", "cri+proc_tag", "compose+kubectl"])
 def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
     """The payload of a log behind kubectl, CRI, syslog, journald or docker's JSON (with their times), or a process tag,
     docker compose's column or a terminal's colours (without), unwrapped as a column, goes through the
@@ -249,7 +250,7 @@ def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: p
     # behind the prefixes ``envelope_cut`` reads, the scanner read most chunks from the file's own bytes (the
     # others, a CRI record split in P parts, a payload ending in CR, went the column's way: the same rows)
     cut = key in ("kubectl", "cri", "proc_tag", "compose", "cri+proc_tag", "docker_json", "syslog", "journald",
-                  "journald-short")
+                  "journald-short", "compose+kubectl")
     assert (len(CUT) > 10) if cut else not CUT, CUT
     with duckdb.connect(str(tmp_path / "0.duckdb"), read_only=True) as con:
         assert con.execute("SELECT envelope FROM sources").fetchone()[0] == key.split("-")[0]
@@ -258,7 +259,7 @@ def test_a_log_behind_a_collectors_prefix_is_read_alike(tmp_path, monkeypatch: p
             n, timed = con.execute(f"SELECT count(*), count(collected_ts) FROM {table}").fetchone()
             assert n > 100 and (timed == 0 if untimed else timed > 0.95 * n), table
         first = {"kubectl": "2026-", "cri": "2026-", "syslog": "<14>1 ", "journald": "2026-", "journald-short": "Mar ",
-                 "cri+proc_tag": "2026-",
+                 "cri+proc_tag": "2026-", "compose+kubectl": "sglang-1  | 2026-",
                  "docker_json": '{"log":',
                  "proc_tag": "(SGLangEngine pid=7) ", "compose": "sglang-1  | ", "ansi": "\x1b[",
                  "ansi+proc_tag": "\x1b[36m(SGLangEngine"}[key]

@@ -100,11 +100,13 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     # column: the compiled scanner takes batch and access lines (sglang_fast).  It reads the same chunks as
     # the general parser (CHUNK_BYTES, cut at the same places): what a chunk's records say depends on where
     # it starts (its head, its first records).
-    scan = column and _read_size(job) >= scan_min_bytes() and scanner() is not None
+    # behind prefixes the scanner's side cuts (``envelope_cut``: kubectl, CRI, compose, a process's tag...) the
+    # chunk's own bytes are read, not its lines decoded, unwrapped and joined again (also where the column
+    # cannot read them: a time inside an untimed layer, whose lines are otherwise read one by one)
+    cut = None if plain else _cut_layers(reader)
+    scan = (column or cut is not None) and _read_size(job) >= scan_min_bytes() and scanner() is not None
     group = ScanGroup(ctx) if scan else None
-    # behind prefixes the scanner's side cuts (``envelope_cut``: kubectl, CRI, compose, a process's tag) the
-    # chunk's own bytes are read, not its lines decoded, unwrapped and joined again
-    cut = _cut_layers(reader) if scan and not plain else None
+    cut = cut if scan else None
     for chunk in iter_chunks(f.abs_path, job.start_offset, job.start_line, records=True, end_offset=job.end_offset,
                              notes=out.notes, hold_partial=job.hold_partial, record_start=reader.record_start(),
                              column=("raw" if scan and (plain or cut is not None) else column),
@@ -142,18 +144,32 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
 
 
 def _cut_layers(reader: PayloadReader) -> Any:
-    """The codes of the layers the scanner's side cuts from the file's bytes (``reader``'s column key), or None
-    where one of them is not (a terminal's colours; docker's JSON or a year-less time around another layer: the
-    column unwraps those)."""
+    """The codes of the layers the scanner's side cuts from the file's bytes (``reader``'s column key, or its
+    stack's line-for-line layers with one time among them), or None where one of them is not (a terminal's
+    colours; docker's JSON or a year-less time around another layer; a paste's layers)."""
     import numpy as np
 
     from ..parsers.sglang.scan_layout import ALONE, LAYER_CODES
 
-    key = reader.unwrapper.columnar if reader.unwrapper is not None else None
-    if not key or any(k not in LAYER_CODES for k in key.split("+")):
+    if reader.unwrapper is None:
+        return None
+    key = reader.unwrapper.columnar
+    if key is None:             # (a stack the column cannot read: its layers by name, each one line for one)
+        stack = reader.stack
+        if any(stack.params) or not set(stack.layers) <= LINE_FOR_LINE or \
+                sum(n in ("kubectl", "cri") for n in stack.layers) != 1:
+            return None
+        key = "+".join(stack.layers)
+    if any(k not in LAYER_CODES for k in key.split("+")):
         return None
     codes = np.array([LAYER_CODES[k] for k in key.split("+")], np.int64)
     return None if len(codes) > 1 and codes[0] in ALONE else codes
+
+
+# layers that turn each line into one payload line, whatever lines surround it, whose composition the scanner's
+# side cuts from the bytes though the column does not read it (a time inside an untimed layer: compose's
+# column around kubectl's times)
+LINE_FOR_LINE = frozenset({"kubectl", "cri", "compose", "proc_tag"})
 
 
 def _scan_payload(group: Any, pay: Payload, lines: Any, ctx: Any) -> tuple[list[Any], list[Any]]:
