@@ -23,6 +23,27 @@ _LAST_US = 253_402_300_799_999_999
 
 
 @njit(inline="always")
+def _fraction9(buf, q: int, end: int):
+    """``(?:[.,](\\d{1,9}))?`` at ``q``, as a collector's pattern reads a fraction of a second: (where it ends,
+    its digits to the microsecond); (q, 0) without one; (-1, 0) where a separator has no digit or ten (nothing
+    after it could then match)."""
+    if q >= end or (buf[q] != 46 and buf[q] != 44):
+        return q, 0
+    frac = 0
+    r = q + 1
+    while r < end and r - q <= 9 and _digit(buf[r]):
+        if r - q <= 6:
+            frac = frac * 10 + (buf[r] - 48)
+        r += 1
+    n = r - q - 1
+    if n == 0 or n > 9:
+        return -1, 0
+    for _ in range(min(n, 6), 6):
+        frac *= 10
+    return r, frac
+
+
+@njit(inline="always")
 def _iso_time(buf, p: int, end: int):
     """``ISO ZONE`` at ``p`` (``columnar._ISO``, ``_ZONE``): (where it ends, its time in microseconds since
     1970 moved to UTC or NO_TIME where ``columnar._collected_time`` gives none), or (-1, NO_TIME)."""
@@ -43,20 +64,9 @@ def _iso(buf, p: int, end: int, zone_optional: bool):
             and _digits(buf, p + 8, 2) and buf[p + 10] == 84 and _digits(buf, p + 11, 2) and buf[p + 13] == 58
             and _digits(buf, p + 14, 2) and buf[p + 16] == 58 and _digits(buf, p + 17, 2)):
         return -1, NO_TIME
-    q = p + 19
-    frac = 0
-    if q < end and (buf[q] == 46 or buf[q] == 44):     # [.,]\d{1,9}: no digit, or a tenth, and no match
-        r = q + 1
-        while r < end and r - q <= 9 and _digit(buf[r]):
-            if r - q <= 6:
-                frac = frac * 10 + (buf[r] - 48)
-            r += 1
-        n = r - q - 1
-        if n == 0 or n > 9:
-            return -1, NO_TIME
-        for _ in range(min(n, 6), 6):
-            frac *= 10
-        q = r
+    q, frac = _fraction9(buf, p + 19, end)
+    if q < 0:
+        return -1, NO_TIME
     east = 0
     c = buf[q] if q < end else 0
     if c == 90 or c == 122:                     # Z, z
@@ -626,21 +636,8 @@ def yearless_cut(buf, starts, ends, pri):
                              and buf[q + 5] == 58 and _digits(buf, q + 6, 2)):
             continue
         hh, mi, ss = _num(buf, q, 2), _num(buf, q + 3, 2), _num(buf, q + 6, 2)
-        q += 8
-        frac = 0
-        if q < e and (buf[q] == 46 or buf[q] == 44):    # [.,]\d{1,9}
-            r = q + 1
-            while r < e and r - q <= 9 and _digit(buf[r]):
-                if r - q <= 6:
-                    frac = frac * 10 + (buf[r] - 48)
-                r += 1
-            k = r - q - 1
-            if k == 0 or k > 9:
-                continue
-            for _ in range(min(k, 6), 6):
-                frac *= 10
-            q = r
-        if q >= e or buf[q] != 32:
+        q, frac = _fraction9(buf, q + 8, e)
+        if q < 0 or q >= e or buf[q] != 32:
             continue
         q += 1
         # (?:\S+ )?TAG(?: |$), tried as the regex tries it: with the host first, then without
