@@ -20,7 +20,7 @@ from ..readers.envelopes import EnvelopeStack
 from ..readers.kinds import CAPTURE_KINDS, REPORTER_KINDS, STACK_KINDS
 from ..readers.layout import EvidenceFile
 from ..readers.logfile import CHUNK_BYTES, iter_chunks
-from ..readers.payload import Payload, PayloadReader, hold_point, read_payload
+from ..readers.payload import TIMED_LAYERS, Payload, PayloadReader, hold_point, read_payload
 from ..store.schema import LOADED_TABLES
 from . import collective_parse
 from .jobs import CHECKPOINT, FileJob, FileOutcome
@@ -157,7 +157,7 @@ def _cut_layers(reader: PayloadReader) -> Any:
     if key is None:             # (a stack the column cannot read: its layers by name, each one line for one)
         stack = reader.stack
         if any(stack.params) or not set(stack.layers) <= LINE_FOR_LINE or \
-                sum(n in ("kubectl", "cri") for n in stack.layers) != 1:
+                sum(n in TIMED_LAYERS for n in stack.layers) != 1:
             return None
         key = "+".join(stack.layers)
     if any(k not in LAYER_CODES for k in key.split("+")):

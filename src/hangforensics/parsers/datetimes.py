@@ -13,6 +13,16 @@ _EPOCH = datetime(1970, 1, 1)
 _US = timedelta(microseconds=1)
 
 
+def micros_of(value: datetime) -> int:
+    """A naive datetime as microseconds since 1970 (polars' ``Datetime("us")`` value)."""
+    return (value - _EPOCH) // _US
+
+
+def from_micros(value: int) -> datetime:
+    """``micros_of``'s inverse."""
+    return _EPOCH + value * _US
+
+
 def datetime_lit(value: datetime) -> pl.Expr:
     """``pl.lit(value, dtype=pl.Datetime("us"))``."""
     import polars as pl

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .scan_layout import COMPOSE, CRI, FALLBACK, JOURNALD, KUBECTL, NO_TIME, OK, SYSLOG
-from .sglang_scan import _digit, _digits, _micros, _num, _word_char, njit
+from .sglang_scan import _digit, _digits, _micros, _num, _tag_char, _word_char, njit
 
 # Python's datetime range in microseconds since 1970 (``columnar._FIRST_US``, ``_LAST_US``)
 _FIRST_US = -62_135_596_800_000_000
@@ -159,6 +159,27 @@ def _field_end(buf, p: int, end: int) -> int:
 
 
 @njit(inline="always")
+def _tag_end_at(buf, r: int, end: int) -> int:
+    """``columnar._TAG`` then ``(?: |$)`` at ``r`` (``name[pid]:`` and a space, or the line's end): where it
+    ends, or -1."""
+    q = r
+    while q < end and _not_space(buf[q]) and buf[q] != 91 and buf[q] != 93 and buf[q] != 58:
+        q += 1
+    if q == r or q >= end:
+        return -1
+    if buf[q] == 91:
+        t = q + 1
+        while t < end and _digit(buf[t]):
+            t += 1
+        if t == q + 1 or t + 1 >= end or buf[t] != 93 or buf[t + 1] != 58:
+            return -1
+        q = t + 1
+    if buf[q] != 58:
+        return -1
+    return _after_space(buf, q + 1, end)
+
+
+@njit(inline="always")
 def _journald(buf, s: int, end: int):
     """``columnar.PATTERNS['journald']`` (``short-iso``: ``ISO ZONE host tag[pid]: ``) at ``s``: (payload start,
     time), (s, NO_TIME) where it does not match."""
@@ -168,21 +189,7 @@ def _journald(buf, s: int, end: int):
     q = _field_end(buf, q + 1, end)
     if q < 0:
         return s, NO_TIME
-    r = q                                       # the tag: [^\s\[\]:]+ then [pid]? then ':'
-    while r < end and _not_space(buf[r]) and buf[r] != 91 and buf[r] != 93 and buf[r] != 58:
-        r += 1
-    if r == q or r >= end:
-        return s, NO_TIME
-    if buf[r] == 91:
-        t = r + 1
-        while t < end and _digit(buf[t]):
-            t += 1
-        if t == r + 1 or t + 1 >= end or buf[t] != 93 or buf[t + 1] != 58:
-            return s, NO_TIME
-        r = t + 1
-    if buf[r] != 58:
-        return s, NO_TIME
-    r = _after_space(buf, r + 1, end)
+    r = _tag_end_at(buf, q, end)
     return (s, NO_TIME) if r < 0 else (r, us)
 
 
@@ -275,12 +282,6 @@ def _compose(buf, s: int, end: int) -> int:
 
 
 @njit(inline="always")
-def _name_char(c: int) -> bool:
-    """``columnar._NAME``'s character: ``[0-9A-Za-z_.:\\[\\]=-]``."""
-    return _word_char(c) | (c == 46) | (c == 58) | (c == 91) | (c == 93) | (c == 61) | (c == 45)
-
-
-@njit(inline="always")
 def _remnant_end(buf, s: int, end: int) -> int:
     """Where ``columnar._REMNANT`` (`` ?\\x1B?\\[[0-9]{1,3}(?:;[0-9]{1,3})*m``) at ``s`` ends, or -1."""
     p = s
@@ -340,7 +341,7 @@ def _tag_end(buf, s: int, end: int) -> int:
     p = s + 1
     while nw < 3:
         q = p
-        while p < end and _name_char(buf[p]):
+        while p < end and _tag_char(buf[p]):
             p += 1
         if p == q:
             break
@@ -566,27 +567,6 @@ def docker_cut(buf, starts, ends):
 
 
 _MONTH_NAMES = np.frombuffer(b"JanFebMarAprMayJunJulAugSepOctNovDec", np.uint8)
-
-
-@njit(inline="always")
-def _tag_end_at(buf, r: int, end: int) -> int:
-    """``columnar._TAG`` then ``(?: |$)`` at ``r`` (``name[pid]:`` and a space, or the line's end): where it
-    ends, or -1."""
-    q = r
-    while q < end and _not_space(buf[q]) and buf[q] != 91 and buf[q] != 93 and buf[q] != 58:
-        q += 1
-    if q == r or q >= end:
-        return -1
-    if buf[q] == 91:
-        t = q + 1
-        while t < end and _digit(buf[t]):
-            t += 1
-        if t == q + 1 or t + 1 >= end or buf[t] != 93 or buf[t + 1] != 58:
-            return -1
-        q = t + 1
-    if buf[q] != 58:
-        return -1
-    return _after_space(buf, q + 1, end)
 
 
 @njit(nogil=True)

@@ -11,10 +11,9 @@ alternation, so a line matches, and is cut, where the layer's own pattern matche
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ...parsers.datetimes import micros_expr, python_datetime
+from ...parsers.datetimes import from_micros, micros_expr, micros_of, python_datetime
 
 if TYPE_CHECKING:
     import polars as pl
@@ -196,6 +195,8 @@ def yearless_times(fields: Any, years: Any) -> Any:
     microseconds; a column per line): microseconds since 1970 (``NO_TIME``: none), by the same rule (the
     chunk's one year, the latest time carried), ``years`` moved on as ``_yearless`` moves it; None where a line
     steps half a year (the chunk is read line by line, ``years`` untouched)."""
+    from datetime import datetime, timedelta
+
     import numpy as np
 
     from ...parsers.sglang.scan_layout import NO_TIME
@@ -215,8 +216,8 @@ def yearless_times(fields: Any, years: Any) -> Any:
     # (as ``python_datetime`` reads 'YYYY-MM-DD HH:MM:SS': a date or second that does not exist has none)
     leap = (year % 4 == 0 and year % 100 != 0) or year % 400 == 0
     dim = np.array([0, 31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
-    ok = (mon > 0) & (day >= 1) & (day <= dim[mon]) & (hh <= 23) & (mi <= 59) & (ss <= 59) & (year >= 1)
-    start = (np.datetime64(f"{year:04d}-01-01", "D") - np.datetime64("1970-01-01", "D")).astype(np.int64)
+    ok = (mon > 0) & (day >= 1) & (day <= dim[mon]) & (hh <= 23) & (mi <= 59) & (ss <= 59)
+    start = micros_of(datetime(year, 1, 1)) // 86_400_000_000     # the year's first day, in days since 1970
     first_of_month = np.array([0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334], np.int64)
     first_of_month[3:] += int(leap)
     days = start + first_of_month[mon] + day - 1
@@ -228,15 +229,14 @@ def yearless_times(fields: Any, years: Any) -> Any:
     before[0] = NO_TIME
     before[1:] = latest[:-1]
     if years.last is not None:
-        carried = (years.last - _EPOCH) // _US
-        before = np.maximum(before, carried)
-    half = years.HALF_YEAR // _US
+        before = np.maximum(before, micros_of(years.last))
+    half = years.HALF_YEAR // timedelta(microseconds=1)
     known = ok & (before != NO_TIME)
     if ((out[known] < before[known] - half) | (out[known] > before[known] + half)).any():
         return None
     years.year = year
     if ok.any():
-        top = _EPOCH + int(out[ok].max()) * _US
+        top = from_micros(int(out[ok].max()))
         if years.last is None or top > years.last:
             years.last = top
     return out
@@ -316,9 +316,6 @@ def _collected_time(base: Any, frac: Any, zone: Any) -> Any:
     us = t + micro - east * 60_000_000
     return pl.when(us.is_between(_FIRST_US, _LAST_US)).then(us).cast(pl.Datetime("us"))
 
-
-_EPOCH = datetime(1970, 1, 1)
-_US = timedelta(microseconds=1)
 
 # Python's datetime range in microseconds since 1970: 0001-01-01 to 9999-12-31 23:59:59.999999
 _FIRST_US = -62_135_596_800_000_000
