@@ -13,6 +13,11 @@ _EPOCH = datetime(1970, 1, 1)
 _US = timedelta(microseconds=1)
 
 
+# Python's datetime range in microseconds since 1970: 0001-01-01 to 9999-12-31 23:59:59.999999
+FIRST_US = -62_135_596_800_000_000
+LAST_US = 253_402_300_799_999_999
+
+
 def micros_of(value: datetime) -> int:
     """A naive datetime as microseconds since 1970 (polars' ``Datetime("us")`` value)."""
     return (value - _EPOCH) // _US

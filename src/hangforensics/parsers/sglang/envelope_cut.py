@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..datetimes import FIRST_US, LAST_US
 from .scan_layout import COMPOSE, CRI, FALLBACK, JOURNALD, KUBECTL, NO_TIME, OK, SYSLOG
 from .sglang_scan import _digit, _digits, _micros, _num, _tag_char, _word_char, njit
-
-# Python's datetime range in microseconds since 1970 (``columnar._FIRST_US``, ``_LAST_US``)
-_FIRST_US = -62_135_596_800_000_000
-_LAST_US = 253_402_300_799_999_999
 
 
 @njit(inline="always")
@@ -89,7 +86,7 @@ def _iso(buf, p: int, end: int, zone_optional: bool):
     if us == -1:                                # (-1: no valid date; a valid one is whole seconds)
         return q, NO_TIME
     us = us + frac - east * 60_000_000
-    if us < _FIRST_US or us > _LAST_US:
+    if us < FIRST_US or us > LAST_US:
         return q, NO_TIME
     return q, us
 

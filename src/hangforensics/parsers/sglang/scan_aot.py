@@ -43,7 +43,7 @@ SIGNATURES = {
     "yearless_cut": "Tuple((i8[::1], i8[:, ::1], i8))(u1[::1], i8[::1], i8[::1], b1)",
 }
 # What the compiled code is made of: a change to any of these is a new module.
-_SOURCES = ("sglang_scan.py", "envelope_cut.py", "scan_layout.py", "sglang_patterns.py", "scan_aot.py")
+_SOURCES = ("sglang_scan.py", "envelope_cut.py", "scan_layout.py", "sglang_patterns.py", "scan_aot.py", "../datetimes.py")
 _VERSIONS = ("numba", "llvmlite", "numpy")
 _SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...parsers.datetimes import from_micros, micros_expr, micros_of, python_datetime
+from ...parsers.datetimes import FIRST_US, LAST_US, from_micros, micros_expr, micros_of, python_datetime
 
 if TYPE_CHECKING:
     import polars as pl
@@ -314,9 +314,5 @@ def _collected_time(base: Any, frac: Any, zone: Any) -> Any:
         + digits.str.slice(3, 2).cast(pl.Int64, strict=False)
     east = pl.when(zone.str.starts_with("-")).then(-minutes).otherwise(minutes).fill_null(0)
     us = t + micro - east * 60_000_000
-    return pl.when(us.is_between(_FIRST_US, _LAST_US)).then(us).cast(pl.Datetime("us"))
+    return pl.when(us.is_between(FIRST_US, LAST_US)).then(us).cast(pl.Datetime("us"))
 
-
-# Python's datetime range in microseconds since 1970: 0001-01-01 to 9999-12-31 23:59:59.999999
-_FIRST_US = -62_135_596_800_000_000
-_LAST_US = 253_402_300_799_999_999
