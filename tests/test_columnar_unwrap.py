@@ -481,6 +481,35 @@ def test_rsyslogs_own_output_gives_the_findings_of_the_plain_log(tmp_path: Path,
     assert len(want) >= 3 and got == want
 
 
+def test_a_ray_relayed_hang_gives_the_findings_of_the_plain_log_with_or_without_rays_own_lines(tmp_path: Path) -> None:
+    """Ray's driver console relaying a hung engine's log (tests/data/real_envelopes/ray-driver-nccl: Ray 2.60's
+    own output), every line behind the actor's tag, the torch watchdog's lines and native traces of the hang
+    too: as Ray wrote it (read behind the ``proc_tag`` envelope), and without Ray's own two first lines (its
+    head then only tagged SGLang lines: read as a plain log), the findings, stacks and parsed lines of the log
+    itself.  Read as plain, the tag before torch's lines and the traces was not stripped: 92 lines unparsed,
+    the signature and the first stopped rank lost."""
+    relayed = (REAL / "ray-driver-nccl" / "server.log").read_bytes()
+    forms = {"plain": (Path(__file__).parent / "data" / "variants" / "fleet" / "lhr5-llama31-70b-14"
+                       / "server.log").read_bytes(),
+             "relayed": relayed, "cut": b"".join(relayed.splitlines(keepends=True)[2:])}
+    got = {}
+    for form, data in forms.items():
+        folder = tmp_path / form
+        folder.mkdir()
+        (folder / "server.log").write_bytes(data)
+        with Store(":memory:") as db:
+            ingest_paths(db, [folder], mode="engine")
+            (src,) = db.query("SELECT envelope, parsed_lines FROM sources")
+            stacks = db.scalar("SELECT count(*) FROM stacks")
+            got[form] = (src, stacks, _said(run_rules(db)))
+    assert got["relayed"][0]["envelope"] == "proc_tag" and got["cut"][0]["envelope"] == "none"
+    want = got["plain"]
+    assert len(want[2]) >= 3 and want[1] > 0
+    for form in ("relayed", "cut"):
+        assert got[form][0]["parsed_lines"] == want[0]["parsed_lines"], form
+        assert got[form][1:] == want[1:], form
+
+
 def test_rays_own_driver_output_gives_the_findings_of_the_plain_log(tmp_path: Path) -> None:
     """What Ray's log monitor printed on the driver's console when an actor printed a stalled engine's log
     (tests/data/real_envelopes/README.md), with its colours and without, unwrapped as a column (its tag, and

@@ -227,12 +227,17 @@ _BLANK = [(_BODY.str.strip_chars() == "").alias("blank")]
 
 def _own(lines: pl.Series) -> pl.Series:
     """Each line as its own record starts: a Ray actor's tag before a whole SGLang prefix left out (the tag is
-    part of the prefix, PREFIX_HEAD: not a fragment of a record another process's cut into).  The lines
-    themselves where none starts with one (a cheap test)."""
+    part of the prefix, PREFIX_HEAD: not a fragment of a record another process's cut into), and a process's
+    tag before any other line as the ``proc_tag`` envelope strips it (``columnar._untagged``: a vLLM record
+    keeps it): Ray relays every line of the process with it, the torch lines and stack dumps of a hang too,
+    in a log whose SGLang lines made it read as plain.  The lines themselves where none starts with one (a
+    cheap test)."""
+    from ...readers.envelopes.columnar import _untagged
+
     if not lines.str.starts_with("(").any():
         return lines
     return pl.select(pl.when(lines.str.contains(TAGGED_HEAD)).then(lines.str.replace(ACTOR_TAG, ""))
-                     .otherwise(lines)).to_series()
+                     .otherwise(_untagged(lines))).to_series()
 
 
 def _maybe_inner(text: str | None) -> bool:
@@ -521,7 +526,7 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     stats = vllm_log.stats_rows(events) if "vllm" in present else None
     if stats is not None:
         out.tables["vllm_stats"] = stats
-    rows = _detailed_rows(others, df.get_column("text"), ctx)
+    rows = _detailed_rows(others, df.get_column("body"), ctx)     # (continuations without a process tag too)
     lead = _leading_dump(df, starts, first_line, rows, files)
     events = _apply_record_rows(events, rows)
     out.tables["events"] = events
