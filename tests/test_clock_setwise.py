@@ -39,3 +39,49 @@ def test_node_clocks_aligned_together_or_one_engine_at_a_time_agree(tmp_path: Pa
     assert together == one and together_rows == one_rows
     assert any(v for offsets in one.values() for v in offsets.values())          # a node whose clock is off
     assert sum(1 for offsets in one.values() if offsets) >= 3
+
+
+def _node_log(start: str, lines: int = 3) -> str:
+    # a node's log: its server arguments, and its ranks' milestones from ``start`` (HH:MM:SS) on
+    out = [f"[2026-03-02 {start}] server_args=ServerArgs(model_path='Qwen/Qwen2.5-72B', tp_size=16)"]
+    out += [f"[2026-03-02 {start} TP{r}] Init torch distributed ends. mem usage=0.7 GB" for r in range(lines)]
+    return "\n".join(out) + "\n"
+
+
+def test_of_two_nodes_with_equal_claims_the_first_by_name_is_the_clock_the_other_is_set_to(tmp_path: Path):
+    # neither node prints access lines, both print their server arguments once: equal claims.  node-b's clock
+    # is 7 s behind node-a's; whichever order the files are read in, node-a is the main node
+    offsets = []
+    for order in (("node-a", "node-b"), ("node-b", "node-a")):
+        fleet = tmp_path / "-".join(order) / "fleet"
+        for name in order:              # (written, and so read and numbered, in this order)
+            (fleet / "ord9-qwen72b-2node-01").mkdir(parents=True, exist_ok=True)
+            (fleet / "ord9-qwen72b-2node-01" / f"{name}.log").write_text(
+                _node_log("10:00:07" if name == "node-a" else "10:00:00"))
+        with Store(tmp_path / f"{order[0]}.duckdb") as st:
+            ingest_paths(st, [fleet], mode="fleet")
+            offsets.append(st.con.execute(
+                "SELECT node, clock_offset_s FROM sources WHERE kind = 'server_log' ORDER BY node").fetchall())
+    assert offsets[0] == offsets[1] == [("node-a.log", 0.0), ("node-b.log", 7.0)]
+
+
+def test_the_node_clocks_of_three_times_the_engines_take_as_many_statements(tmp_path: Path, monkeypatch):
+    from test_setwise import _Counting
+
+    monkeypatch.setattr(pipeline, "after_load", lambda store, engines: None)
+    counts = []
+    for engines in (2, 6):
+        fleet = tmp_path / f"fleet{engines}"
+        for k in range(engines):
+            for name, start in (("node-a", "10:00:07"), ("node-b", "10:00:00")):
+                (fleet / f"ord9-qwen72b-2node-{k:02d}").mkdir(parents=True, exist_ok=True)
+                (fleet / f"ord9-qwen72b-2node-{k:02d}" / f"{name}.log").write_text(_node_log(start))
+        with Store(tmp_path / f"{engines}.duckdb") as st:
+            ingest_paths(st, [fleet], mode="fleet")
+            names = [r[0] for r in st.con.execute("SELECT DISTINCT engine FROM sources ORDER BY 1").fetchall()]
+            st.con = counting = _Counting(st.con)
+            offsets = align_engine_clocks_all(st, names)
+            st.con = counting._con
+        assert all(o == {"node-a.log": 0.0, "node-b.log": 7.0} for o in offsets.values()) and len(offsets) == engines
+        counts.append(counting.n)
+    assert counts[0] == counts[1], f"{counts[0]} statements for 2 engines, {counts[1]} for 6"

@@ -28,40 +28,62 @@ def align_engine_clocks(store: Store, engine: str) -> dict[str, float]:
 
 
 def align_engine_clocks_all(store: Store, engines: list[str]) -> dict[str, dict[str, float]]:
-    """``align_engine_clocks`` of every engine of ``engines``: the milestones of all their logs read in one
-    query (a query per milestone and node cost some 15 ms an engine); engine -> {node: offset_s}."""
+    """``align_engine_clocks`` of every engine of ``engines``: the milestones of all their logs, and the nodes
+    of all their logs with each node's claim to be the main one, read in one query each (a query per engine
+    scanned every access line of the fleet: 1.3 s of a 216-engine scan whose engines hold node logs)."""
     firsts: dict[tuple[str, str, str], Any] = {
         (r[0], r[1], r[2]): r[3] for r in store.con.execute(
             "SELECT e.engine, e.path, m.m, min(e.ts) FROM t_events e JOIN (SELECT unnest(?) AS m) m "
             "ON starts_with(e.message, m.m) WHERE list_contains(?, e.engine) GROUP BY ALL",
             [MILESTONES, engines]).fetchall()}
-    return {engine: _align_nodes(store, engine, firsts) for engine in engines}
+    nodes: dict[str, list[dict[str, Any]]] = {}
+    for row in store.query(_NODES, [engines]):
+        nodes.setdefault(row["engine"], []).append(row)
+    out = {engine: _align_nodes(engine, nodes.get(engine, []), firsts) for engine in engines}
+    moved = [(engine, node, offset) for engine, offsets in out.items() for node, offset in offsets.items()
+             if node != _main_node(nodes[engine])]
+    if moved:
+        engine_col, node_col, offset_col = (list(c) for c in zip(*moved, strict=True))
+        store.con.execute(
+            "UPDATE sources AS s SET clock_offset_s = u.o FROM (SELECT unnest($1) AS e, unnest($2) AS n, "
+            "unnest($3::DOUBLE[]) AS o) u WHERE s.engine = u.e AND s.node = u.n", [engine_col, node_col, offset_col])
+    return out
 
 
-def _align_nodes(store: Store, engine: str, firsts: dict[tuple[str, str, str], Any]) -> dict[str, float]:
-    # the nodes in the order this query gives them: it picks the main node among equal scores
-    nodes = store.query(
-        """SELECT s.node, list(s.path) AS paths,
-                  (SELECT count(*) FROM t_http_requests h WHERE list_contains(list(s.source_id), h.source_id))
-                  + (SELECT count(*) FROM t_events e WHERE e.engine = s.engine AND e.kind = 'server_args'
-                     AND list_contains(list(s.path), e.path)) AS main_score
-           FROM sources s WHERE s.engine = ? AND s.kind = 'server_log' AND s.status = 'ok'
-           GROUP BY s.node, s.engine""",
-        [engine],
-    )
+# Each server-log node of the engines in $1 (by name: the main node among equal scores is the first), its logs'
+# paths, and its claim to be the main node: its access lines and the server arguments its logs print.
+_NODES = """
+    WITH s AS (SELECT source_id, engine, node, path, COALESCE(node, chr(0)) AS n FROM sources
+               WHERE list_contains($1, engine) AND kind = 'server_log' AND status = 'ok'),
+    access AS (SELECT s.engine, s.n, count(*) AS c FROM t_http_requests h JOIN s USING (source_id) GROUP BY ALL),
+    args AS (SELECT f.engine, f.n, count(*) AS c FROM t_events e
+             JOIN (SELECT DISTINCT engine, n, path FROM s) f ON e.engine = f.engine AND e.path = f.path
+             WHERE e.kind = 'server_args' GROUP BY ALL),
+    per_node AS (SELECT engine, n, any_value(node) AS node, list(path ORDER BY path) AS paths
+                 FROM s GROUP BY engine, n)
+    SELECT p.engine, p.node, p.paths, COALESCE(a.c, 0) + COALESCE(g.c, 0) AS main_score
+    FROM per_node p LEFT JOIN access a USING (engine, n) LEFT JOIN args g USING (engine, n)
+    ORDER BY p.engine, p.n"""
+
+
+def _main_node(nodes: list[dict[str, Any]]) -> str:
+    """The node whose clock the others are aligned to: the highest score, the first by name among equals."""
+    return max(nodes, key=lambda r: r["main_score"])["node"]      # (max keeps the first of equals)
+
+
+def _align_nodes(engine: str, nodes: list[dict[str, Any]], firsts: dict[tuple[str, str, str], Any]) -> dict[str, float]:
+    """The offsets of ``engine``'s ``nodes`` (``_NODES``' rows) from its main node's milestones."""
     if len(nodes) < 2:
         return {}
-    nodes.sort(key=lambda r: -r["main_score"])
-    main = nodes[0]
-    offsets: dict[str, float] = {main["node"]: 0.0}
-    main_ms = _milestones(firsts, engine, main["paths"])
-    for node in nodes[1:]:
+    main = _main_node(nodes)
+    offsets: dict[str, float] = {main: 0.0}
+    main_ms = _milestones(firsts, engine, next(r["paths"] for r in nodes if r["node"] == main))
+    for node in nodes:
+        if node["node"] == main:
+            continue
         other = _milestones(firsts, engine, node["paths"])
         diffs = [(main_ms[k] - other[k]).total_seconds() for k in main_ms.keys() & other.keys()]
-        offset = float(round(statistics.median(diffs))) if diffs else 0.0
-        offsets[node["node"]] = offset
-        store.con.execute("UPDATE sources SET clock_offset_s = ? WHERE engine = ? AND node = ?",
-                          [offset, engine, node["node"]])
+        offsets[node["node"]] = float(round(statistics.median(diffs))) if diffs else 0.0
     return offsets
 
 
