@@ -4,6 +4,7 @@
     python bench/generate.py fleet OUT_DIR --engines 300 --mb-per-engine 1
     python bench/generate.py mixed OUT_DIR       # ~216 engines of every evidence kind, ~300 MB
     python bench/generate.py mixed OUT_DIR --forms   # ... its busy logs through collectors, Ray, vLLM
+    python bench/generate.py mixed OUT_DIR --dense   # ~216 engines, each a busy log beside evidence of every kind
     python bench/generate.py wrap IN.log OUT.log --envelope kubectl   # a log as a collector hands it over
     python bench/generate.py vllm OUT.log --mb 100    # a busy vLLM API server's log, relayed by Ray
     python bench/generate.py job OUT.log --mb 30      # a torch.distributed training job's step log (8 ranks)
@@ -162,6 +163,27 @@ MIXED_SOURCES = ["tests/data/families/fleet", "tests/data/variants/fleet", "test
 FORMS = ["plain", "kubectl", "docker-json", "plain", "ray", "vllm", "ms", "compose", "plain", "cri", "vllm"]
 
 
+def write_dense(out: Path, engines: int = 216, mb: float = 1.5) -> None:
+    """A fleet whose every engine logs busily (``write_fleet``: ``mb`` MB each) and holds evidence of every kind
+    beside its log: the engine folders of MIXED_SOURCES copied in turn into the engines (a name an engine has
+    already taken with an ``x-`` before it).  Its bytes are spread over the engines, not held by a few busy
+    ones as in ``write_mixed``, and an engine has several server logs, some on other nodes (the passes that
+    judge engine by engine, or file by file, show here)."""
+    import shutil
+
+    write_fleet(out, engines, mb)
+    corpus = [engine for src in MIXED_SOURCES if (folder := (REPO / src).resolve()).is_dir()
+              for engine in sorted(p for p in folder.iterdir() if p.is_dir())]
+    for k, engine in enumerate(sorted(p for p in out.iterdir() if p.is_dir())):
+        source = corpus[k % len(corpus)]
+        for f in sorted(p for p in source.rglob("*") if p.is_file()):
+            rel = f.relative_to(source)
+            if (engine / rel).exists():
+                rel = rel.with_name("x-" + rel.name)
+            (engine / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, engine / rel)
+
+
 def write_mixed(out: Path, big_engines: int = 22, big_mb: float = 12.0, forms: bool = False) -> None:
     """A fleet of every evidence kind: each engine folder of the test corpora (and of ../shared's examples
     when present) copied under a prefix, plus ``big_engines`` generated busy logs of ``big_mb`` MB, so that
@@ -285,6 +307,8 @@ def main() -> None:
     m.add_argument("out", type=Path)
     m.add_argument("--forms", action="store_true", help="the busy engines' logs in FORMS (collectors, Ray, "
                    "SGLANG_LOG_MS, vLLM), not all as SGLang printed them")
+    m.add_argument("--dense", action="store_true", help="every engine a busy log of its own beside the evidence "
+                   "(write_dense), not a few busy engines beside the evidence's")
     w = sub.add_parser("wrap")
     w.add_argument("src", type=Path)
     w.add_argument("out", type=Path)
@@ -303,7 +327,7 @@ def main() -> None:
     elif a.what == "wrap":
         write_wrapped(a.src, a.out, a.envelope)
     elif a.what == "mixed":
-        write_mixed(a.out, forms=a.forms)
+        write_dense(a.out) if a.dense else write_mixed(a.out, forms=a.forms)
     elif a.what == "big":
         a.out.parent.mkdir(parents=True, exist_ok=True)
         write_big(a.out, a.mb, a.all_ranks, other=a.other)

@@ -8,6 +8,7 @@
     python bench/run.py --fleets 300x1 --executors local,ray    # local against Ray
     python bench/run.py --sizes 445 --fleets "" --mixed       # a fleet of every evidence kind beside one log
     python bench/run.py --sizes 445 --fleets "" --mixed-forms # ... its busy logs through collectors, Ray, vLLM
+    python bench/run.py --sizes 445 --fleets "" --mixed-dense # ... every engine a busy log beside its evidence
     python bench/run.py --sizes 445 --fleets "" --mixed --fresh-copy   # ... and a copy of it made just before
     python bench/run.py --sizes 445 --fleets "" --other 0.03  # a log with 3 % other messages, as real ones
     python bench/run.py --sizes 445 --fleets "" --envelopes kubectl,cri   # ... and that log behind collectors
@@ -236,6 +237,9 @@ def main() -> None:
                     help="also scan this fleet folder (an engine per subfolder: real evidence of every kind)")
     ap.add_argument("--mixed", action="store_true",
                     help="also scan a fleet of every evidence kind (generate.py mixed: ~216 engines, ~300 MB)")
+    ap.add_argument("--mixed-dense", action="store_true",
+                    help="also scan a fleet whose every engine logs busily beside evidence of every kind "
+                         "(generate.py mixed --dense: 216 engines, ~370 MB)")
     ap.add_argument("--mixed-forms", action="store_true",
                     help="also scan that fleet with its busy logs in generate.py's FORMS (mixed --forms)")
     ap.add_argument("--fresh-copy", action="store_true",
@@ -296,7 +300,8 @@ def main() -> None:
             fleet_mb = sum(p.stat().st_size for p in fleet.rglob("*") if p.is_file()) / 1e6
             for mode in (modes if k == 0 else modes[:1]):
                 rows += fleet_scans(fleet, fleet_mb, engines, mode, tmp)
-        for wanted, name, extra in ((a.mixed, "mixed", []), (a.mixed_forms, "mixed-forms", ["--forms"])):
+        for wanted, name, extra in ((a.mixed, "mixed", []), (a.mixed_forms, "mixed-forms", ["--forms"]),
+                                    (a.mixed_dense, "mixed-dense", ["--dense"])):
             mixed = DATA / name
             if wanted and not mixed.exists():
                 subprocess.run([sys.executable, str(HERE / "generate.py"), "mixed", str(mixed), *extra], check=True)
