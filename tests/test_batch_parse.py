@@ -270,14 +270,21 @@ def test_tasks_batch_only_small_whole_logs_and_start_with_the_costliest(tmp_path
     for k in range(5):
         (logs / f"e{k}").mkdir(parents=True)
         _log(logs / f"e{k}" / "server.log", ["[2026-01-01 00:00:00 TP0] Load weight begin."] * (k + 1))
-    big = logs / "e0" / "big.log"
-    big.write_text("[2026-01-01 00:00:00 TP0] Load weight begin.\n" * 30000)     # beyond BATCH_FILE_BYTES
+    line = "[2026-01-01 00:00:00 TP0] Load weight begin.\n"
+    # a plain log beyond BATCH_FILE_BYTES, within PLAIN_BATCH_FILE_BYTES: the scanner reads it in a batch too
+    mid = logs / "e1" / "mid.log"
+    mid.write_text(line * (2 * batch_parse.BATCH_FILE_BYTES // len(line)))
+    big = logs / "e0" / "big.log"                                              # beyond PLAIN_BATCH_FILE_BYTES
+    big.write_text(line * (batch_parse.PLAIN_BATCH_FILE_BYTES // len(line) + 10))
+    # behind kubectl's prefix, beyond BATCH_FILE_BYTES: alone
+    wrapped = logs / "e2" / "pod.log"
+    wrapped.write_text(("2026-01-01T00:00:00.123456789Z " + line) * (2 * batch_parse.BATCH_FILE_BYTES // len(line)))
     plans = _plans(logs, tmp_path)
     tasks = parallel.batched(sorted(plans, key=parallel._read_cost, reverse=True))
     singles = [t for t in tasks if not isinstance(t, list)]
     batches = [t for t in tasks if isinstance(t, list)]
-    assert [p.file.abs_path for p in singles] == [big]
-    assert len(batches) == 1 and len(batches[0]) == 5
+    assert sorted(p.file.abs_path for p in singles) == sorted([big, wrapped])
+    assert len(batches) == 1 and len(batches[0]) == 6 and mid in [p.file.abs_path for p in batches[0]]
     ordered = sorted(tasks, key=parallel._task_cost, reverse=True)
     assert ordered[0] is batches[0] or ordered[0] is singles[0]
     assert parallel._task_cost(batches[0]) > 5 * parallel.FILE_COST
@@ -424,12 +431,15 @@ def test_a_batch_holds_logs_read_the_same_way_so_that_it_is_one_joint_parse(tmp_
     assert joined == [4, 4, 4]
 
 
-@pytest.mark.parametrize("limit", ["BATCH_FILES", "BATCH_BYTES"])
-def test_a_batch_stays_within_its_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str) -> None:
+@pytest.mark.parametrize("limit, prefix", [("BATCH_FILES", ""), ("PLAIN_BATCH_BYTES", ""),
+                                           ("BATCH_BYTES", "2026-01-01T00:00:00.123456789Z ")],
+                         ids=["files", "bytes of plain logs", "bytes of logs behind kubectl"])
+def test_a_batch_stays_within_its_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str,
+                                         prefix: str) -> None:
     logs = tmp_path / "fleet"
     for k in range(7):
         (logs / f"e{k}").mkdir(parents=True)
-        _log(logs / f"e{k}" / "server.log", ["[2026-01-01 00:00:00 TP0] Load weight begin."] * 50)
+        _log(logs / f"e{k}" / "server.log", [prefix + "[2026-01-01 00:00:00 TP0] Load weight begin."] * 50)
     plans = _plans(logs, tmp_path)
     size = plans[0].st.st_size
     monkeypatch.setattr(parallel, limit, 3 if limit == "BATCH_FILES" else 3 * size)
@@ -477,3 +487,41 @@ def test_the_first_report_of_a_collective_does_not_depend_on_which_file_loaded_f
             ingest_files(store, root, files[::order])
             picked.append(store.query("SELECT path, line, records FROM collectives WHERE seq = 1558546"))
     assert picked[0] == picked[1] and picked[0][0]["path"].endswith("a-paste.log"), picked
+
+
+def _busy_log(path: Path, mb: float, seed: int) -> Path:
+    """A plain log of ``mb`` MB: batch and access lines, and now and then a line that starts or continues a
+    record the general parser reads (``_LINES``)."""
+    import random
+
+    rng = random.Random(seed)
+    out, size, t = [], 0, 0
+    while size < mb * 1e6:
+        t += 1
+        stamp = f"2026-01-01 {t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d}"
+        line = (f"[{stamp} TP{rng.randint(0, 3)}] Decode batch, #running-req: {rng.randint(1, 40)}, #token: "
+                f"{rng.randint(100, 9000)}, token usage: 0.{rng.randint(10, 99)}, gen throughput (token/s): "
+                f"{rng.uniform(10, 900):.2f}, #queue-req: {rng.randint(0, 5)}") if rng.random() < 0.7 else \
+            f'[{stamp}] INFO:     10.0.0.{rng.randint(1, 250)}:{rng.randint(30000, 60000)} - "POST /generate HTTP/1.1" 200 OK'
+        if rng.random() < 0.002:
+            line = rng.choice(_LINES).format(k=rng.randint(0, 9))
+        out.append(line)
+        size += len(line) + 1
+    return _log(path, out)
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
+def test_plain_logs_of_megabytes_share_a_parse_and_each_gets_its_own_rows(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        scanner: bool) -> None:
+    """Plain logs beyond BATCH_FILE_BYTES are batched (PLAIN_BATCH_FILE_BYTES): read together by the scanner;
+    without it, the general parser reads them together only BATCH_BYTES at a time."""
+    logs = _engine(tmp_path, monkeypatch, scanner)
+    files = [_busy_log(logs / f"{k}.log", 1.5, k) for k in range(3)]
+    plans = [p for p in _plans(logs, tmp_path / "..") if p.file.abs_path in files]
+    assert all(parallel.batchable(p) for p in plans) and all(p.st.st_size > batch_parse.BATCH_FILE_BYTES
+                                                            for p in plans)
+    tasks = parallel.batched(plans)
+    assert len(tasks) == 1 and isinstance(tasks[0], list) and len(tasks[0]) == 3
+    monkeypatch.setattr(batch_parse, "BATCH_BYTES", 2 * plans[0].st.st_size + 1)
+    assert _compare([p.job() for p in tasks[0]], tmp_path) == (3 if scanner else 2)

@@ -44,6 +44,13 @@ from .worker import parse_to_ipc, to_manifest
 BATCH_FILE_BYTES = 1024 * 1024
 BATCH_BYTES = CHUNK_BYTES
 BATCH_FILES = 32
+# A plain log (no envelope) shares a parse up to one chunk of its own, and a batch of them holds up to
+# PLAIN_BATCH_BYTES: the compiled scanner reads each file's bulk lines in slices of its own, and the general
+# parser only the lines it leaves, a few per thousand (a fleet whose every engine logs busily: 216 logs of
+# 1.5 MB each, 26 ms a parse alone, some 8 ms of it the general parser's and the chunk's fixed costs).  Where
+# the scanner cannot run, the general parser reads them together only BATCH_BYTES at a time.
+PLAIN_BATCH_FILE_BYTES = CHUNK_BYTES
+PLAIN_BATCH_BYTES = 4 * CHUNK_BYTES
 
 # the engine and path the joint parse writes on its rows, each file's own put in their place after
 _ENGINE, _PATH = "\x00engine", "\x00path"
@@ -56,7 +63,7 @@ class _Ready:
 
     job: FileJob
     out: FileOutcome
-    pay: Payload
+    pay: Payload                    # (a plain log read by the scanner: its lines made a column only if needed)
     ctx: Any                        # its FileContext
     physical: int                   # its physical lines: file k's line n is line bases[k] + n of the batch
     raw: bytes | None = None        # a plain log's bytes, valid UTF-8 (for the compiled scanner)
@@ -65,43 +72,58 @@ class _Ready:
     tail: Payload | None = None
     rest_bytes: int = 0
 
+    @property
+    def count(self) -> int:
+        """Its payload lines."""
+        return self.pay.physical if self.pay.lines is None else len(self.pay.lines)
+
+    def with_lines(self) -> _Ready:
+        """Itself with its payload's lines as a column (a plain log read by the scanner has none yet)."""
+        if self.pay.lines is None:
+            from ..parsers.sglang.sglang_fast import _lines
+
+            assert self.raw is not None
+            self.pay.lines = _lines(self.raw)
+        return self
+
 
 def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tuple[str, Any]], FileOutcome]]:
     """Worker: the files of ``jobs`` (small whole logs), each result as ``parse_to_ipc`` gives it; those that
     can be are parsed together (the plain ones, and those behind an envelope with or without times of its
     own: their rows have the same columns), the others alone."""
+    scanning = _scanner() is not None
     ready: list[_Ready | None] = []
     for job in jobs:
         try:
-            ready.append(_prepared(job))
+            ready.append(_prepared(job, lazy=scanning))
         except Exception:       # noqa: BLE001 (its own parse says what is wrong with it, as for a file alone)
             ready.append(None)
     tails = [k for k, r in enumerate(ready) if r is not None and r.tail is not None]
     for k, plain in zip(tails, _plain_tails([ready[k].tail for k in tails]), strict=True):  # type: ignore[union-attr]
         if not plain:
             ready[k] = None
-    scanning = _scanner() is not None
     groups: dict[tuple[bool, bool, bool], list[int]] = {}
     for k, r in enumerate(ready):
         if r is not None:
             groups.setdefault((r.pay.plain, r.pay.collected_ts is None, scanning and r.raw is not None), []).append(k)
     done: dict[int, list[tuple[str, Any]]] = {}
     for (_, _, scanned), members in groups.items():
-        if len(members) < 2:
-            continue
-        together = _scan_together if scanned else _parse_together
-        try:
-            done.update(zip(members, together([r for k in members if (r := ready[k]) is not None]), strict=True))
-        except Exception:       # noqa: BLE001 (each file read again alone: it fails, or not, as it would alone)
-            for k in members:
-                ready[k] = None
+        for part in ([members] if scanned else _chunked(members, ready)):
+            if len(part) < 2:
+                continue
+            together = _scan_together if scanned else _parse_together
+            try:
+                done.update(zip(part, together([r for k in part if (r := ready[k]) is not None]), strict=True))
+            except Exception:   # noqa: BLE001 (each file read again alone: it fails, or not, as it would alone)
+                for k in part:
+                    ready[k] = None
     out = []
     for k, (job, r) in enumerate(zip(jobs, ready, strict=True)):
         if r is None:
             out.append(parse_to_ipc(job, f"{prefix}-{k}"))
             continue
         try:
-            batches = done[k] if k in done else _alone(r)
+            batches = done[k] if k in done else _alone(r.with_lines())
         except Exception:       # noqa: BLE001 (read again as usual: it fails, or not, as it would alone)
             out.append(parse_to_ipc(job, f"{prefix}-{k}"))
             continue
@@ -109,9 +131,26 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
     return out
 
 
-def _prepared(job: FileJob) -> _Ready | None:
+def _chunked(members: list[int], ready: list[_Ready | None]) -> list[list[int]]:
+    """``members`` (indices into ``ready``) in runs of at most BATCH_BYTES of the files' bytes, in order: what
+    the general parser reads in one call."""
+    parts: list[list[int]] = [[]]
+    size = 0
+    for k in members:
+        r = ready[k]
+        n = r.out.read_bytes if r is not None else 0
+        if parts[-1] and size + n > BATCH_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(k)
+        size += n
+    return parts
+
+
+def _prepared(job: FileJob, lazy: bool = False) -> _Ready | None:
     """``job``'s file read and unwrapped as ``parse._parse_log`` reads it, when it is one chunk of payload
-    (None: it is parsed as usual)."""
+    (None: it is parsed as usual).  ``lazy``: a plain log's lines are not made a column (the compiled scanner
+    reads its bytes; ``_Ready.with_lines`` makes them when another way of reading needs them)."""
     from ..parsers.sglang.sglang_fast import _lines
     from ..parsers.sglang.sglang_log import FileContext
 
@@ -135,8 +174,11 @@ def _prepared(job: FileJob) -> _Ready | None:
                              column="raw" if plain else False,
                              chunk_bytes=CHUNK_BYTES):
         raw = chunk.raw
-        lines = (_lines(raw) if raw is not None else chunk.column) if plain else chunk.lines
-        pays.append(reader.feed(lines, chunk.first_line))
+        if plain and raw is not None and lazy:
+            pays.append(Payload(None, chunk.first_line, physical=chunk.count))
+        else:
+            lines = (_lines(raw) if raw is not None else chunk.column) if plain else chunk.lines
+            pays.append(reader.feed(lines, chunk.first_line))
         if pays[-1].source is not None:
             # (the text of its unparsed lines is read back from the envelope's state after this chunk)
             pays[-1].source = copy.copy(pays[-1].source)
@@ -145,10 +187,13 @@ def _prepared(job: FileJob) -> _Ready | None:
         out.read_bytes = chunk.end_offset
         physical = chunk.first_line + chunk.count - 1
     tail = None
-    if len(pays) == 2 and pays[1].physical == 1 and len(pays[1].lines) <= 1:
+    if len(pays) == 2 and pays[1].physical == 1 and (pays[1].lines is None or len(pays[1].lines) <= 1):
         tail = pays.pop()           # the last line without its newline, a chunk of its own (``_plain_tails``)
+        if tail.lines is None:
+            tail.lines = _lines(raws[-1])       # type: ignore[arg-type]
         physical -= 1
-    if len(pays) != 1 or reader.carried_from() is not None or not len(pays[0].lines):
+    if len(pays) != 1 or reader.carried_from() is not None or not (
+            pays[0].physical if pays[0].lines is None else len(pays[0].lines)):
         return None
     ctx = FileContext(engine=job.engine, path=job.rel_path, default_year=datetime.fromtimestamp(mtime).year,
                       reference=datetime.fromtimestamp(mtime))
@@ -207,6 +252,7 @@ def _parse_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
 
     from ..parsers.sglang.sglang_log import FileContext, files_facts, parse_chunk, rare_records
 
+    ready = [r.with_lines() for r in ready]
     bases = list(accumulate((r.physical for r in ready), initial=0))
     counts = list(accumulate((len(r.pay.lines) for r in ready), initial=0))
     files = np.repeat(np.arange(len(ready), dtype=np.int32), np.diff(counts)).tolist()
@@ -260,7 +306,7 @@ def _scan_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
     buf = np.frombuffer(raw, np.uint8)
     text = fast._Text(sc, buf)
     starts, ends, brackets = sc.bounds(buf)
-    counts = list(accumulate((len(r.pay.lines) for r in ready), initial=0))
+    counts = list(accumulate((r.count for r in ready), initial=0))
     if len(starts) != counts[-1]:
         raise ValueError("the scanner's lines are not the reader's")
     # each line's number in its file (the slices' rows), and in the batch (the general parser's): counts[k] + n
@@ -323,7 +369,7 @@ def _per_file(ready: list[_Ready], parsed: Any, bases: list[int], cut: Any,
     assert starts is not None
     of = np.searchsorted(np.asarray(bases[1:], dtype=np.int64), starts.get_column("line").to_numpy(), side="left")
     tables = _split(parsed.tables, bases, [(r.job.engine, r.job.rel_path) for r in ready])
-    outs = [Parsed(tables=tables[k], lines=len(r.pay.lines), interleaved=int((cut == k).sum()))
+    outs = [Parsed(tables=tables[k], lines=r.count, interleaved=int((cut == k).sum()))
             for k, r in enumerate(ready)]
     starts = starts.with_columns(pl.Series("_file", of.astype(np.int32)),
                                  pl.col("line") - pl.Series(bases[:-1], dtype=pl.Int64).gather(of))

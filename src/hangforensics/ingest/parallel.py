@@ -21,7 +21,14 @@ from ..readers.payload import STATEFUL_PASTE, TIMED_LAYERS, PayloadReader
 from ..store import Store
 from ..terminal_progress import ProgressBar
 from . import fork_server
-from .batch_parse import BATCH_BYTES, BATCH_FILE_BYTES, BATCH_FILES, parse_batch_to_ipc
+from .batch_parse import (
+    BATCH_BYTES,
+    BATCH_FILE_BYTES,
+    BATCH_FILES,
+    PLAIN_BATCH_BYTES,
+    PLAIN_BATCH_FILE_BYTES,
+    parse_batch_to_ipc,
+)
 from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, with_result
 from .load import LoadGroup, load_file
 from .plan import Plan
@@ -199,9 +206,11 @@ WHOLE_WINDOW = 8
 def batchable(p: Plan) -> bool:
     """A small log read whole from its start, which a worker may parse together with others
     (``batch_parse``); a live one too (written in the last minutes: a fleet copied in just before its scan
-    is all live), whose unfinished last line the joint parse leaves as its own parse does."""
+    is all live), whose unfinished last line the joint parse leaves as its own parse does.  A plain log up to
+    PLAIN_BATCH_FILE_BYTES, any other up to BATCH_FILE_BYTES."""
     job = p.job()
-    return p.kind == "server_log" and not p.compressed and not job.start_offset and p.st.st_size <= BATCH_FILE_BYTES
+    limit = PLAIN_BATCH_FILE_BYTES if _reading(p) == _PLAIN else BATCH_FILE_BYTES
+    return p.kind == "server_log" and not p.compressed and not job.start_offset and p.st.st_size <= limit
 
 
 def batched(plans: list[Plan]) -> list[Plan | list[Plan]]:
@@ -216,11 +225,12 @@ def batched(plans: list[Plan]) -> list[Plan | list[Plan]]:
             ways.setdefault(_reading(p), []).append(p)
         else:
             tasks.append(p)
-    for same in ways.values():
+    for way, same in ways.items():
+        limit = PLAIN_BATCH_BYTES if way == _PLAIN else BATCH_BYTES
         batch: list[Plan] = []
         size = 0
         for p in same:
-            if batch and (size + p.st.st_size > BATCH_BYTES or len(batch) >= BATCH_FILES):
+            if batch and (size + p.st.st_size > limit or len(batch) >= BATCH_FILES):
                 tasks.append(batch if len(batch) > 1 else batch[0])
                 batch, size = [], 0
             batch.append(p)
@@ -228,6 +238,10 @@ def batched(plans: list[Plan]) -> list[Plan | list[Plan]]:
         if batch:
             tasks.append(batch if len(batch) > 1 else batch[0])
     return tasks
+
+
+# How a plain log is read (``_reading``): sniffed, no envelope
+_PLAIN = (True, False)
 
 
 def _reading(p: Plan) -> tuple[bool | None, bool]:
