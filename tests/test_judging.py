@@ -10,6 +10,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from conftest import LogWriter, analyze_folder, by_rule
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 T0 = datetime(2026, 5, 1, 10, 0, 0)
 
@@ -234,3 +236,67 @@ def test_torch_global_ranks_of_two_nodes_name_only_the_absent_one(tmp_path: Path
     f = by_rule(analyze_folder(eng))
     (first,) = f["first-rank-stopped"]
     assert first["ranks"] == ["TP11"]
+
+
+# -- the cadence and the longest silence, measured set-wise ----------------------------------------------
+def _gaps_by_definition(rows: list[tuple]) -> tuple[dict, dict]:
+    """(engine -> longest gap, (engine, run) -> cadence) from every progress line (engine, run, rank, ts): each
+    rank's lines in time order, a gap to the line before; the cadence the median of a run's gaps over 0 s whose
+    line before is in the same run."""
+    import statistics
+    from collections import defaultdict
+
+    by_rank: dict[tuple, list] = defaultdict(list)
+    for engine, seg, rank, ts in rows:
+        by_rank[(engine, rank)].append((ts, seg))
+    gap: dict[tuple, float] = {}
+    within: dict[tuple, list] = defaultdict(list)
+    runs = {(engine, seg) for engine, seg, _, _ in rows}
+    for (engine, _), lines in by_rank.items():
+        lines.sort(key=lambda x: x[0])
+        for (before, seg_before), (ts, seg) in zip(lines, lines[1:], strict=False):
+            g = (ts - before).total_seconds()
+            gap[(engine, seg)] = max(gap.get((engine, seg), g), g)
+            if g > 0 and seg_before == seg:
+                within[(engine, seg)].append(g)
+    longest: dict[str, float] = {}
+    for (engine, _), g in gap.items():
+        longest[engine] = max(longest.get(engine, g), g)
+    return longest, {run: statistics.median(within[run]) if within[run] else None for run in runs}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.tuples(st.integers(0, 2), st.floats(0, 400)), min_size=1, max_size=60),
+       restart=st.one_of(st.none(), st.integers(100, 300)))
+@example(lines=[(0, 0.0), (0, 10.0), (0, 10.5), (0, 101.0), (0, 103.0)], restart=100)   # (the gap across the restart)
+def test_cadence_and_longest_silence_are_those_of_every_line_of_each_rank(tmp_path_factory, lines, restart):
+    """Several lines of a rank in one clock second (a busy log), ranks interleaved, a restart: the set-wise
+    measure gives each run's cadence and each engine's longest silence as every line, one by one, does."""
+    from hangforensics.analysis.progress.segments import SEGS, segments_all, segments_table
+    from hangforensics.analysis.progress.stalls import _progress_gaps
+    from hangforensics.ingest.pipeline import ingest_paths
+    from hangforensics.store import Store
+
+    tmp = tmp_path_factory.mktemp("gaps")
+    log = LogWriter(tp=3).startup(-10)
+    for rank, s in sorted(lines, key=lambda x: x[1]):
+        if restart is not None and s >= restart:        # a second run from the restart on
+            log.startup(restart)
+            restart = None
+        log.batch(s, f"TP{rank}")
+    (tmp / "fleet" / "e1").mkdir(parents=True)
+    (tmp / "fleet" / "e1" / "server.log").write_text("\n".join(log.lines) + "\n")
+    with Store(tmp / "db.duckdb") as store:
+        ingest_paths(store, [tmp / "fleet"], mode="fleet")
+        engines = ["e1"]
+        segs = segments_all(store, engines)
+        segments_table(store, SEGS, [s for e in engines for s in segs[e]])
+        rows = store.con.execute(
+            f"SELECT p.engine, s.seg, p.rank, p.ts FROM progress p JOIN {SEGS} s ON s.engine = p.engine "
+            "AND (s.seg_start IS NULL OR p.ts >= s.seg_start) AND (s.seg_end IS NULL OR p.ts < s.seg_end) "
+            "WHERE p.ts IS NOT NULL").fetchall()
+        gaps, cadence = _progress_gaps(store, engines)
+    longest, expected = _gaps_by_definition(rows)
+    assert cadence == expected
+    assert {e: g for e, g in gaps.items() if g} == {e: g for e, g in longest.items() if g}
