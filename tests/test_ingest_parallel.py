@@ -175,6 +175,7 @@ def test_the_costliest_whole_files_go_to_the_workers_first(tmp_path: Path, monke
     assert gz.stat().st_size < (fleet / "c-middle" / "server.log").stat().st_size
     monkeypatch.setattr(ingest, "PARALLEL_MIN_BYTES", 1024)
     monkeypatch.setattr(parallel, "BATCH_FILE_BYTES", 1024)        # each file a task of its own
+    monkeypatch.setattr(parallel, "PLAIN_BATCH_FILE_BYTES", 1024)
     order: list[str] = []
     init = parallel._Whole.__init__
 

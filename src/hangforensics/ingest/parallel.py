@@ -144,8 +144,12 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
             # the ranges' first lines, while the fork server loads (the first submit waits for it)
             ranges.count(len(ranges.todo) - 1)
             # the largest first: the last files to finish are small ones, not a large log parsed while the other
-            # workers have nothing left (files load as they finish, in any order)
-            tasks = batched(sorted((p for p in work if not splittable(p)), key=_read_cost, reverse=True))
+            # workers have nothing left (files load as they finish, in any order); a file whose parse began while
+            # planning is a task of its own
+            whole_files = [p for p in work if not splittable(p)]
+            begun = {id(p) for p in whole_files if early is not None and early.has(p.job())}
+            tasks = [p for p in whole_files if id(p) in begun] + batched(
+                sorted((p for p in whole_files if id(p) not in begun), key=_read_cost, reverse=True))
             whole = _Whole(pool, tmp, sorted(tasks, key=_task_cost, reverse=True), WHOLE_WINDOW * jobs, ranges,
                            early)
             with _workers_ignore_ctrl_c():         # workers start on submit: Ctrl-C is the parent's to handle
@@ -290,7 +294,9 @@ class _Whole:
                     yield task, fut.result()
 
 
-# A whole file this large is parsed as soon as planning has probed it (``EarlyParse``).
+# A whole file this large is parsed as soon as planning has probed it (``EarlyParse``), alone, even a plain log
+# that could share a parse (PLAIN_BATCH_FILE_BYTES): the workers start while planning goes on (a fleet whose
+# every engine logs 1.5 MB: they started at 1.1 s, after planning, when those logs waited for their batches).
 EARLY_MIN_BYTES = BATCH_FILE_BYTES
 
 
@@ -335,7 +341,7 @@ class EarlyParse:
         scan starts it at once, or at its first changed file): an ingest that would parse in this process stays
         so."""
         if self.jobs < 2 or len(self._futures) >= self.limit or p.st.st_size < EARLY_MIN_BYTES \
-                or splittable(p) or batchable(p) or not fork_server.running():
+                or splittable(p) or not fork_server.running():
             return
         if self.pool is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="hangforensics-early-"))
@@ -351,6 +357,11 @@ class EarlyParse:
     def pending(self) -> bool:
         """Files parsed (or parsing) that no plan has taken yet."""
         return bool(self._futures)
+
+    def has(self, job: FileJob) -> bool:
+        """Whether ``job``'s parse began here (a plan that reads the file as probed: ``take`` gives it)."""
+        got = self._futures.get(str(job.abs_path))
+        return got is not None and got[0] == job
 
     def take(self, job: FileJob) -> Any:
         """The parse of ``job`` begun early (None: none, or of another job): its future, once submitted."""
