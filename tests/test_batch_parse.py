@@ -525,3 +525,31 @@ def test_plain_logs_of_megabytes_share_a_parse_and_each_gets_its_own_rows(tmp_pa
     assert len(tasks) == 1 and isinstance(tasks[0], list) and len(tasks[0]) == 3
     monkeypatch.setattr(batch_parse, "BATCH_BYTES", 2 * plans[0].st.st_size + 1)
     assert _compare([p.job() for p in tasks[0]], tmp_path) == (3 if scanner else 2)
+
+
+def test_plain_logs_the_scanner_leaves_mostly_to_the_general_parser_are_read_by_it_a_batch_bytes_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain logs with few batch or access lines (tracebacks, dumps, messages): the scanner leaves the general
+    parser nearly every line, and its memory grows with them, so a batch whose lines left exceed BATCH_BYTES is
+    read by the general parser BATCH_BYTES of files at a time, each file still getting its own rows."""
+    logs = _engine(tmp_path, monkeypatch, scanner=True)
+    files = []
+    for k in range(3):
+        lines = [_LINES[0].format(k=k)]             # (a dated record first: a server log)
+        lines += [_LINES[j % len(_LINES)].format(k=j % 10) for j in range(1, 3000) if j % len(_LINES)]
+        files.append(_log(logs / f"{k}.log", lines))
+    plans = [p for p in _plans(logs, tmp_path / "..") if p.file.abs_path in files]
+    tasks = parallel.batched(plans)
+    assert len(tasks) == 1 and len(tasks[0]) == 3
+    size = plans[0].st.st_size
+    monkeypatch.setattr(batch_parse, "BATCH_BYTES", 2 * size + 1000)
+    read: list[int] = []
+    together = batch_parse._parse_together
+
+    def general(ready: list) -> list:
+        read.append(sum(r.out.read_bytes for r in ready))
+        return together(ready)
+
+    monkeypatch.setattr(batch_parse, "_parse_together", general)
+    assert _compare([p.job() for p in tasks[0]], tmp_path) == 2            # two files together, one alone
+    assert read and max(read) <= batch_parse.BATCH_BYTES

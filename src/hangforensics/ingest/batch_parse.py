@@ -108,14 +108,11 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
             groups.setdefault((r.pay.plain, r.pay.collected_ts is None, scanning and r.raw is not None), []).append(k)
     done: dict[int, list[tuple[str, Any]]] = {}
     for (_, _, scanned), members in groups.items():
-        for part in ([members] if scanned else _chunked(members, ready)):
-            if len(part) < 2:
-                continue
-            together = _scan_together if scanned else _parse_together
-            try:
-                done.update(zip(part, together([r for k in part if (r := ready[k]) is not None]), strict=True))
-            except Exception:   # noqa: BLE001 (each file read again alone: it fails, or not, as it would alone)
-                for k in part:
+        try:
+            _read_together(members, scanned, ready, done)
+        except Exception:       # noqa: BLE001 (each file read again alone: it fails, or not, as it would alone)
+            for k in members:
+                if k not in done:
                     ready[k] = None
     out = []
     for k, (job, r) in enumerate(zip(jobs, ready, strict=True)):
@@ -129,6 +126,29 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
             continue
         out.append((to_manifest(batches, f"{prefix}-{k}"), r.out))
     return out
+
+
+class _LeftTooMuch(Exception):
+    """The scanner leaves the general parser more than BATCH_BYTES of a batch's lines (logs of few batch or
+    access lines): its memory grows with them, so it reads them BATCH_BYTES of files at a time instead."""
+
+
+def _read_together(members: list[int], scanned: bool, ready: list[_Ready | None],
+                   done: dict[int, list[tuple[str, Any]]]) -> None:
+    """The batches of the files ``members`` (indices into ``ready``, read alike) into ``done``: read by the
+    scanner and the general parser together (``scanned``), else by the general parser BATCH_BYTES at a time."""
+    if len(members) < 2:
+        return
+    if scanned:
+        try:
+            done.update(zip(members, _scan_together([r for k in members if (r := ready[k]) is not None]),
+                            strict=True))
+            return
+        except _LeftTooMuch:
+            pass
+    for part in _chunked(members, ready):
+        if len(part) > 1:
+            done.update(zip(part, _parse_together([r for k in part if (r := ready[k]) is not None]), strict=True))
 
 
 def _chunked(members: list[int], ready: list[_Ready | None]) -> list[list[int]]:
@@ -322,6 +342,8 @@ def _scan_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
             head -= mine[-1].messages
         slices.append(mine)
     keep = np.concatenate([s.keep for mine in slices for s in mine])
+    if int((ends[keep] - starts[keep]).sum()) > BATCH_BYTES:
+        raise _LeftTooMuch
     kept = pl.from_arrow(text.arrow(starts[keep], ends[keep]))
     files = (np.searchsorted(np.asarray(counts[1:]), keep, side="right")).tolist()
     refs = [r.ctx.reference for r in ready]
