@@ -85,3 +85,21 @@ def test_the_node_clocks_of_three_times_the_engines_take_as_many_statements(tmp_
         assert all(o == {"node-a.log": 0.0, "node-b.log": 7.0} for o in offsets.values()) and len(offsets) == engines
         counts.append(counting.n)
     assert counts[0] == counts[1], f"{counts[0]} statements for 2 engines, {counts[1]} for 6"
+
+
+def test_a_node_that_becomes_the_main_one_keeps_no_offset_of_before(tmp_path: Path):
+    # node-a prints more access lines at first (the main node; node-b is 7 s behind it); node-b's log then grows
+    # with more: it is the main node, at 0, and node-a is 7 s ahead of it
+    engine = tmp_path / "fleet" / "ord9-qwen72b-2node-01"
+    engine.mkdir(parents=True)
+    access = '[2026-03-02 10:05:00] INFO:     10.1.2.3:4000 - "GET /health HTTP/1.1" 200 OK\n'
+    (engine / "node-a.log").write_text(_node_log("10:00:07") + access)
+    (engine / "node-b.log").write_text(_node_log("10:00:00"))
+    with Store(tmp_path / "db.duckdb") as st:
+        query = "SELECT node, clock_offset_s FROM sources WHERE kind = 'server_log' ORDER BY node"
+        ingest_paths(st, [tmp_path / "fleet"], mode="fleet", hold_live_tail=False)
+        assert st.con.execute(query).fetchall() == [("node-a.log", 0.0), ("node-b.log", 7.0)]
+        with (engine / "node-b.log").open("a") as f:
+            f.write(access * 3)
+        ingest_paths(st, [tmp_path / "fleet"], mode="fleet", hold_live_tail=False)
+        assert st.con.execute(query).fetchall() == [("node-a.log", -7.0), ("node-b.log", 0.0)]

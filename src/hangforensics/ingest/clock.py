@@ -40,10 +40,10 @@ def align_engine_clocks_all(store: Store, engines: list[str]) -> dict[str, dict[
     for row in store.query(_NODES, [engines]):
         nodes.setdefault(row["engine"], []).append(row)
     out = {engine: _align_nodes(engine, nodes.get(engine, []), firsts) for engine in engines}
-    moved = [(engine, node, offset) for engine, offsets in out.items() for node, offset in offsets.items()
-             if node != _main_node(nodes[engine])]
-    if moved:
-        engine_col, node_col, offset_col = (list(c) for c in zip(*moved, strict=True))
+    # every node's offset, the main node's 0 too (a node that was another's before keeps no old offset)
+    aligned = [(engine, node, offset) for engine, offsets in out.items() for node, offset in offsets.items()]
+    if aligned:
+        engine_col, node_col, offset_col = (list(c) for c in zip(*aligned, strict=True))
         store.con.execute(
             "UPDATE sources AS s SET clock_offset_s = u.o FROM (SELECT unnest($1) AS e, unnest($2) AS n, "
             "unnest($3::DOUBLE[]) AS o) u WHERE s.engine = u.e AND s.node = u.n", [engine_col, node_col, offset_col])
@@ -66,20 +66,16 @@ _NODES = """
     ORDER BY p.engine, p.n"""
 
 
-def _main_node(nodes: list[dict[str, Any]]) -> str:
-    """The node whose clock the others are aligned to: the highest score, the first by name among equals."""
-    return max(nodes, key=lambda r: r["main_score"])["node"]      # (max keeps the first of equals)
-
-
 def _align_nodes(engine: str, nodes: list[dict[str, Any]], firsts: dict[tuple[str, str, str], Any]) -> dict[str, float]:
-    """The offsets of ``engine``'s ``nodes`` (``_NODES``' rows) from its main node's milestones."""
+    """The offsets of ``engine``'s ``nodes`` (``_NODES``' rows) from its main node's milestones (the highest
+    score, the first by name among equals: ``max`` keeps the first)."""
     if len(nodes) < 2:
         return {}
-    main = _main_node(nodes)
-    offsets: dict[str, float] = {main: 0.0}
-    main_ms = _milestones(firsts, engine, next(r["paths"] for r in nodes if r["node"] == main))
+    main = max(nodes, key=lambda r: r["main_score"])
+    offsets: dict[str, float] = {main["node"]: 0.0}
+    main_ms = _milestones(firsts, engine, main["paths"])
     for node in nodes:
-        if node["node"] == main:
+        if node is main:
             continue
         other = _milestones(firsts, engine, node["paths"])
         diffs = [(main_ms[k] - other[k]).total_seconds() for k in main_ms.keys() & other.keys()]
