@@ -75,7 +75,7 @@ class _Ready:
     @property
     def count(self) -> int:
         """Its payload lines."""
-        return self.pay.physical if self.pay.lines is None else len(self.pay.lines)
+        return _count(self.pay)
 
     def with_lines(self) -> _Ready:
         """Itself with its payload's lines as a column (a plain log read by the scanner has none yet)."""
@@ -151,6 +151,11 @@ def _read_together(members: list[int], scanned: bool, ready: list[_Ready | None]
             done.update(zip(part, _parse_together([r for k in part if (r := ready[k]) is not None]), strict=True))
 
 
+def _count(pay: Payload) -> int:
+    """A payload's lines (a plain log's read lazily: its physical lines, one payload line each)."""
+    return pay.physical if pay.lines is None else len(pay.lines)
+
+
 def _chunked(members: list[int], ready: list[_Ready | None]) -> list[list[int]]:
     """``members`` (indices into ``ready``) in runs of at most BATCH_BYTES of the files' bytes, in order: what
     the general parser reads in one call."""
@@ -207,13 +212,12 @@ def _prepared(job: FileJob, lazy: bool = False) -> _Ready | None:
         out.read_bytes = chunk.end_offset
         physical = chunk.first_line + chunk.count - 1
     tail = None
-    if len(pays) == 2 and pays[1].physical == 1 and (pays[1].lines is None or len(pays[1].lines) <= 1):
+    if len(pays) == 2 and pays[1].physical == 1 and _count(pays[1]) <= 1:
         tail = pays.pop()           # the last line without its newline, a chunk of its own (``_plain_tails``)
         if tail.lines is None:
             tail.lines = _lines(raws[-1])       # type: ignore[arg-type]
         physical -= 1
-    if len(pays) != 1 or reader.carried_from() is not None or not (
-            pays[0].physical if pays[0].lines is None else len(pays[0].lines)):
+    if len(pays) != 1 or reader.carried_from() is not None or not _count(pays[0]):
         return None
     ctx = FileContext(engine=job.engine, path=job.rel_path, default_year=datetime.fromtimestamp(mtime).year,
                       reference=datetime.fromtimestamp(mtime))
