@@ -37,6 +37,7 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
 
     read: dict[str, Any] = {}                   # what the later steps read of the evidence, read beside
     main_stacks: dict[str, Any] = {}
+    logged: list[Any] = []                      # ... and what the signatures read of it
 
     def stacks_and_collectives(other: Store) -> None:
         with other.transaction(), _read_once(other, tuple(v for v in READ_ONCE if v in BESIDE_ONCE)):
@@ -45,6 +46,7 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
             stackclasses.rebuild(other, engines, main_stacks)
             snapshots.rebuild(other, engines)      # after the rank classes: it confirms or adds desyncs
             read.update(summaries.gather_evidence(other, engines))
+            logged.append(signatures.read_logged(other, engines))
 
     with _read_once(store, _here_once()):
         # Two chains of models that read only the evidence, on two connections at once: the progress models
@@ -53,22 +55,22 @@ def run_rules(store: Store, rules: list[Rule] | None = None, engines: list[str] 
         # findings and the engines' analyzed version are written after both, so an analysis that stops
         # half-way is done again in full by the next one.
         with beside(store, stacks_and_collectives), store.transaction():
-            probes.rebuild(store, engines)
+            probes.rebuild(store, engines)      # (the vLLM stalls read the probes)
             stalls.rebuild(store, engines)
         with store.transaction():
-            found = _judge(store, rules, engines, show_payloads, signatures, summaries, read, main_stacks)
+            found = _judge(store, rules, engines, show_payloads, signatures, summaries, read, main_stacks, logged[0])
     return found
 
 
 def _judge(store: Store, rules: list[Rule], engines: list[str], show_payloads: bool, signatures: Any,
-           summaries: Any, read: dict[str, Any], main_stacks: dict[str, Any]) -> list[dict[str, Any]]:
+           summaries: Any, read: dict[str, Any], main_stacks: dict[str, Any], logged: Any) -> list[dict[str, Any]]:
     """The signatures, every rule, the findings stored and the engines summarised (``run_rules``, after the
-    models the rules read; ``read``, ``main_stacks``: what they read of the evidence, read already)."""
+    models the rules read; ``read``, ``main_stacks``, ``logged``: what they read of the evidence, read already)."""
     # the rules that read only what every connection sees run beside the signatures and the other rules
     there = [rule for rule in rules if _may_run_beside(rule)]
     beside_rows: list[tuple[Rule, list[dict[str, Any]]]] = []
     with beside(store, lambda other: beside_rows.extend(_all_rule_rows(other, there, engines))):
-        signatures.rebuild(store, engines, main_stacks)
+        signatures.rebuild(store, engines, main_stacks, logged)
         here_rows = _all_rule_rows(store, [rule for rule in rules if rule not in there], engines)
     rows_of = {id(rule): rows for rule, rows in here_rows + beside_rows}
     found = [_finding(rule, r, show_payloads) for rule in rules for r in rows_of[id(rule)]]

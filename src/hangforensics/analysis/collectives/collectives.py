@@ -24,6 +24,7 @@ from ...parsers.collectives.flight_recorder import rank_from_filename
 from ...parsers.collectives.nccl_ras import JOB_PG
 from ...ranks import label_global_rank, rank_key
 from ...store import Store
+from ...store.views import TP_SIZES
 from ..stacks.stackclasses import compact_ranks
 from .collective_match import Verdict, VerdictKind, compare_process_groups
 from .desync_facts import attach_reports, bare_pg, tie_reports
@@ -68,7 +69,7 @@ class EngineContext:
             if r["rank"]:
                 labels[r["engine"]].append(r["rank"])
         tp: dict[str, Any] = {}
-        for r in store.query("SELECT engine, tp_size FROM engine_facts WHERE list_contains(?, engine)", [engines]):
+        for r in store.query(TP_SIZES, [engines]):
             tp.setdefault(r["engine"], r["tp_size"])          # the first row, as a per-engine f[0] took
         pp = {r["engine"]: r["pp"] for r in store.query(
             "SELECT engine, max(TRY_CAST(json_extract_string(attrs, '$.pp_size') AS INTEGER)) AS pp FROM events "
@@ -96,8 +97,9 @@ def judge_engines(store: Store, engines: list[str]) -> list[dict[str, Any]]:
     if not engines:
         return []
     views: dict[str, list[dict]] = defaultdict(list)
-    for r in _one_thread(store, "SELECT * FROM collectives WHERE list_contains(?, engine) "
-                                "ORDER BY engine, source, pg, rank, seq", [engines]):
+    # (ties broken to the last column: the rows come in one order on any number of DuckDB threads)
+    for r in store.query("SELECT * FROM collectives WHERE list_contains(?, engine) "
+                         "ORDER BY engine, source, pg, rank, seq, seq_kind, op, state, ts, path, line", [engines]):
         views[r["engine"]].append(r)
     dead = _unranked_dead_facts(store, engines)
     judged = [e for e in dict.fromkeys(engines) if views.get(e)]
@@ -114,19 +116,6 @@ def judge_engines(store: Store, engines: list[str]) -> list[dict[str, Any]]:
             continue
         out.extend(_judge(engine, view, ctxs[engine], fr.get(engine), dead.get(engine, [])))
     return out
-
-
-def _one_thread(store: Store, sql: str, params: list[Any]) -> list[dict[str, Any]]:
-    """``sql``'s rows computed on one thread.  The view takes each torch timeout's path and line by
-    arg_min(…, ts): between records of the same time (one line copied into two files) it keeps the one
-    that arrives first, which on one thread is the storage order (as the per-engine query had it); on
-    several threads over every engine's rows it would be whichever thread finishes first."""
-    threads = store.scalar("SELECT current_setting('threads')")
-    store.con.execute("SET threads = 1")
-    try:
-        return store.query(sql, params)
-    finally:
-        store.con.execute(f"SET threads = {int(threads)}")
 
 
 def _judge(engine: str, view: list[dict], ctx: EngineContext, fr: dict | None,

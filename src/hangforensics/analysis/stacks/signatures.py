@@ -285,14 +285,33 @@ def _row(engine: str, sig: Signature, ts, ranks: list[str], detail: str, evidenc
             "detail": detail, "evidence": evidence}
 
 
-def rebuild(store: Store, engines: list[str], main_stacks: dict[str, list[Any]] | None = None) -> None:
-    """The signature matches of ``engines`` (``main_stacks``: their ``main_stacks_of``, read already)."""
+@dataclass
+class LoggedEvidence:
+    """What the signatures read of the evidence alone (no model an analysis builds), for ``rebuild``:
+    ``run_rules`` reads it on its second connection, beside the models."""
+    with_stacks: list[str]                          # the engines with stacks
+    logs: dict[str, dict[str, list[dict]]]          # signature id -> engine -> its log matches
+    collectives: dict[str, list[dict[str, Any]]]    # per_collective signature id -> the timed-out collectives
+
+
+def read_logged(store: Store, engines: list[str]) -> LoggedEvidence:
+    """The ``LoggedEvidence`` of ``engines``: every signature's log matches of every engine (one query each),
+    the torch collective timeouts of the per-collective ones."""
     sigs = load_signatures()
-    store.con.execute("DELETE FROM signature_matches WHERE list_contains(?, engine)", [engines])
     with_stacks = sorted({r["engine"] for r in store.query(
         "SELECT DISTINCT engine FROM stacks WHERE list_contains(?, engine)", [engines])})
-    # every signature's log matches of every engine, one query each
-    logs = {sig.id: _log_rows(store, engines, sig) for sig in sigs if sig.match.get("log")}
+    return LoggedEvidence(with_stacks, {sig.id: _log_rows(store, engines, sig) for sig in sigs if sig.match.get("log")},
+                          {sig.id: _timed_out(store, engines) for sig in sigs if sig.match.get("per_collective")})
+
+
+def rebuild(store: Store, engines: list[str], main_stacks: dict[str, list[Any]] | None = None,
+            logged: LoggedEvidence | None = None) -> None:
+    """The signature matches of ``engines`` (``main_stacks``: their ``main_stacks_of``; ``logged``: their
+    ``read_logged``; each read already, or read here)."""
+    sigs = load_signatures()
+    store.con.execute("DELETE FROM signature_matches WHERE list_contains(?, engine)", [engines])
+    logged = logged if logged is not None else read_logged(store, engines)
+    with_stacks, logs = logged.with_stacks, logged.logs
     # stack signatures where stacks exist, then log-only ones
     rows: list[dict[str, Any]] = []
     evidence = engines_evidence(store, with_stacks, main_stacks)
@@ -302,7 +321,7 @@ def rebuild(store: Store, engines: list[str], main_stacks: dict[str, list[Any]] 
         rows += [r for sig in sigs if sig.match.get("frames") for r in evaluate(store, e, sig, ev)]
     for sig in sigs:
         if sig.match.get("per_collective"):
-            rows += _per_collective(store, engines, sig)
+            rows += _per_collective(logged.collectives[sig.id], sig)
             continue
         if sig.match.get("frames") and not sig.match.get("log_alone"):
             continue
@@ -316,15 +335,19 @@ def rebuild(store: Store, engines: list[str], main_stacks: dict[str, list[Any]] 
     store.append("signature_matches", rows)
 
 
-def _per_collective(store: Store, engines: list[str], sig: Signature) -> list[dict[str, Any]]:
-    """One match per (engine, process group, SeqNum) of the torch collective timeouts."""
-    rows = store.query(
+def _timed_out(store: Store, engines: list[str]) -> list[dict[str, Any]]:
+    """The torch collective timeouts of ``engines``, one row per (engine, process group, SeqNum)."""
+    return store.query(
         """SELECT engine, pg, seq, list(op ORDER BY rank NULLS LAST, op) FILTER (WHERE op IS NOT NULL) AS ops,
                   min(ts) AS ts, count(DISTINCT coalesce(rank, -1 - pg_rank)) AS n,
                   list(DISTINCT rank ORDER BY rank) AS ranks, list({'file': path, 'line': line} ORDER BY ts, path, line)[1:8] AS ev,
                   max(timeout_ms) AS timeout_ms
            FROM collectives WHERE list_contains(?, engine) AND source = 'torch_nccl'
            GROUP BY engine, pg, seq ORDER BY engine, ts""", [engines])
+
+
+def _per_collective(rows: list[dict[str, Any]], sig: Signature) -> list[dict[str, Any]]:
+    """One match per (engine, process group, SeqNum) of the torch collective timeouts (``_timed_out``)."""
     out = []
     for r in rows:
         # the op most ranks report (a rank in another collective at that SeqNum is the odd one out), the lowest

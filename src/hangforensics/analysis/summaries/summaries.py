@@ -19,6 +19,7 @@ from ...ranks import rank_key, rank_numbers
 from ...readers.kinds import STACK_KINDS as DUMP_KINDS
 from ...redaction import redact_payloads
 from ...store import Store
+from ...store.views import TP_SIZES
 from ..order_keys import PATH_RANKS, latest_first
 from ..stacks.snapshot_text import facts_in_words
 from ..stacks.stackclasses import compact_ranks
@@ -158,7 +159,7 @@ def gather_evidence(store: Store, engines: list[str]) -> dict[str, Any]:
         "SELECT engine, count(*) AS n FROM events WHERE list_contains(?, engine) AND kind = 'nccl_debug' "
         "GROUP BY engine", [engines])}
     world: dict[str, int | None] = {}
-    for r in q("SELECT engine, tp_size FROM engine_facts WHERE list_contains(?, engine)", [engines]):
+    for r in q(TP_SIZES, [engines]):
         world.setdefault(r["engine"], r["tp_size"])
     deaths = _by_engine(q(
         # a traceback pasted without its log line speaks through its exception line
