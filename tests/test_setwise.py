@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,41 @@ def test_views_read_once_read_no_table_an_analysis_writes():
     for view in findings.READ_ONCE:
         tables = reads(view, {view})
         assert tables and tables <= evidence, tables
+
+
+def test_the_tensor_parallel_sizes_the_analysis_reads_are_engine_facts(tmp_path: Path):
+    """The analysis reads only the tensor-parallel size of ``engine_facts`` (``TP_SIZES``, without the view's
+    searches of every message): the same size for every engine (SGLang's server_args, vLLM's start line),
+    none where the view has none."""
+    from hangforensics.store.views import TP_SIZES
+
+    fleet = tmp_path / "fleet"
+    shutil.copytree(DATA / "variants" / "fleet", fleet)
+    for name in ("v1-hung", "v0-idle", "v1-dp-one-stops"):
+        shutil.copytree(DATA / "vllm" / name, fleet / name)
+    shutil.copytree(DATA / "families" / "fleet" / KINDS[0], fleet / KINDS[0])     # no size logged
+    with Store(tmp_path / "db.duckdb") as st:
+        ingest_paths(st, [fleet], mode="fleet")
+        engines = [r["engine"] for r in st.query("SELECT DISTINCT engine FROM sources ORDER BY 1")]
+        view = {r["engine"]: r["tp_size"] for r in st.query("SELECT engine, tp_size FROM engine_facts")}
+        read = {r["engine"]: r["tp_size"] for r in st.query(TP_SIZES, [engines])}
+    sizes = {e: v for e, v in view.items() if v is not None}
+    assert len(sizes) >= 12 and len(set(sizes.values())) > 1 and view[KINDS[0]] is None
+    assert {e: read.get(e) for e in engines} == {e: view.get(e) for e in engines}
+
+
+def test_probes_of_one_second_come_in_the_order_they_were_logged(tmp_path: Path):
+    """A timeline's health probes of one second in the order of their files and lines, not in the order the
+    rows were stored (which a fleet's parallel load varies): here the later file is loaded first."""
+    from hangforensics.report.data import Window, timeline_rows
+
+    late, early = LogWriter(tp=2), LogWriter(tp=2)
+    late.startup(0).probes(10, 50, status=200)
+    early.probes(10, 50, status=503)
+    with Store(tmp_path / "db.duckdb") as st:
+        ingest_paths(st, [late.write(tmp_path / "a" / "e1", "z-server.log").parent], mode="fleet")
+        ingest_paths(st, [early.write(tmp_path / "b" / "e1", "a-server.log").parent], mode="fleet")
+        _, probes = timeline_rows(st, [Window("e1", late.t0, late.t0 + timedelta(seconds=60), 1.0)])
+    statuses = [(r["ts"], r["status"]) for r in probes[0]]
+    assert len(statuses) == 10 and len({ts for ts, _ in statuses}) == 5
+    assert statuses == sorted(statuses, key=lambda r: (r[0], r[1] != 503))   # a-server.log's before z-server.log's

@@ -167,7 +167,7 @@ def _window_params(windows: list[Window | None]) -> dict[str, list[Any]]:
 
 def timeline_rows(store: Store, windows: list[Window | None]) -> tuple[list[Rows], list[Rows]]:
     """Per window (None: no timeline): its progress counts per (rank, bucket), ORDER BY rank, bucket, and its
-    health probes, ORDER BY ts.  Two queries for all the windows."""
+    health probes, ORDER BY ts (then file and line).  Two queries for all the windows."""
     counts: list[Rows] = [[] for _ in windows]
     probes: list[Rows] = [[] for _ in windows]
     p = _window_params(windows)
@@ -181,7 +181,9 @@ def timeline_rows(store: Store, windows: list[Window | None]) -> tuple[list[Rows
     for r in store.query(
             _WINDOWS + "SELECT w.i, h.ts, h.status, h.path FROM http_requests h "
             "JOIN w ON h.engine = w.engine AND h.ts >= w.t0 AND h.ts <= w.t1 "
-            "WHERE list_contains($engines, h.engine) AND list_contains($paths, h.path) ORDER BY w.i, h.ts",
+            "WHERE list_contains($engines, h.engine) AND list_contains($paths, h.path) "
+            # (probes of one second in the order logged: the same page on any number of threads)
+            "ORDER BY w.i, h.ts, h.file, h.line",
             {**p, "paths": list(PROBE_PATHS)}):
         probes[r.pop("i")].append(r)
     return counts, probes
