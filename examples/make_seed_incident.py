@@ -184,7 +184,7 @@ def lognormal_int(rng: random.Random, median: float, sigma: float, lo: int, hi: 
 
 
 def make_rid(rng: random.Random) -> str:
-    return "%032x" % rng.getrandbits(128)
+    return f"{rng.getrandbits(128):032x}"
 
 
 def normal_rate(t: float) -> float:
@@ -518,7 +518,7 @@ def startup(log: Log, rng: random.Random, comms: list[int]) -> float:
     tj += 0.2
     load_order = order[:]
     rng.shuffle(load_order)
-    for k, r in enumerate(load_order):
+    for k, _ in enumerate(load_order):
         log.raw(tj + 0.03 * k, "Loading extension module nccl_allocator...")
     # --- KV pool, graphs
     t_m = tj + 1.9
@@ -869,7 +869,7 @@ def build(out_dir: Path) -> dict:
         shutil.rmtree(cap_dir)
     cap_dir.mkdir()
     captures = []
-    for (rank, name), off in zip([(3, "tp3-pyspy-0412.txt"), (6, "scratch-b.txt")], CAPTURE_OFFSETS):
+    for (rank, name), off in zip([(3, "tp3-pyspy-0412.txt"), (6, "scratch-b.txt")], CAPTURE_OFFSETS, strict=True):
         path = cap_dir / name
         path.write_text(pyspy_body(procs[rank], native=False, watchdog_dumping=False), encoding="utf-8",
                         newline="\n")
