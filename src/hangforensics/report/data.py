@@ -51,7 +51,7 @@ class ReportData:
     """Every row the reports of ``engines`` show that does not depend on a report's run or findings."""
     stalls: dict[str, Rows]              # ORDER BY onset DESC
     freezes: dict[str, Rows]             # ORDER BY ts DESC NULLS LAST
-    sources: dict[str, Rows]             # ORDER BY path, with abs_path for the excerpts
+    sources: dict[str, Rows]             # ORDER BY path
     config: dict[str, Rows]              # server_args / environment events, ORDER BY ts
     rank_classes: dict[str, Rows]        # ORDER BY capture, class_id
     procs: dict[str, dict[tuple[int, str], dict[str, Any]]]
@@ -110,8 +110,8 @@ class ReportData:
             freezes=_by(store.query(f"SELECT * FROM freezes WHERE {where} ORDER BY engine, ts DESC NULLS LAST", e),
                         "engine", drop=False),
             sources=_by(store.query(
-                "SELECT engine, path, kind, bytes, lines, parsed_lines, unparsed_lines, clock_offset_s, status, "
-                f"abs_path FROM sources WHERE {where} ORDER BY engine, path", e), "engine"),
+                "SELECT engine, path, kind, bytes, lines, parsed_lines, unparsed_lines, clock_offset_s, status "
+                f"FROM sources WHERE {where} ORDER BY engine, path", e), "engine"),
             config=_by(store.query(f"SELECT engine, attrs FROM events WHERE {where} "
                                    "AND kind IN ('server_args', 'environment') ORDER BY engine, ts", e), "engine"),
             rank_classes=_by(store.query(

@@ -465,7 +465,7 @@ def _sections(store: Store, engines: list[str], jobs: list[tuple[str, int | None
             "by_severity": by_sev, "stall": stall, "freeze": freeze,
             "timeline": None if window is None else timeline(window[0], window[1], freeze, fs,
                                                              data.progress_kinds.get(engine, {}), counts[k], probes[k]),
-            "sources": [{c: v for c, v in s.items() if c != "abs_path"} for s in data.sources.get(engine, [])],
+            "sources": data.sources.get(engine, []),
             "herrings": [i for i in items if i["rule"] == "busy-leak-report"],
             "critical": sum(1 for f in fs if f["severity"] == "critical"), "n_findings": len(fs),
             "config": [c["attrs"] for c in data.config.get(engine, []) if c["attrs"]],

@@ -291,7 +291,7 @@ class LoggedEvidence:
     ``run_rules`` reads it on its second connection, beside the models."""
     with_stacks: list[str]                          # the engines with stacks
     logs: dict[str, dict[str, list[dict]]]          # signature id -> engine -> its log matches
-    collectives: dict[str, list[dict[str, Any]]]    # per_collective signature id -> the timed-out collectives
+    timed_out: list[dict[str, Any]]                 # the torch collective timeouts (for per_collective ones)
 
 
 def read_logged(store: Store, engines: list[str]) -> LoggedEvidence:
@@ -301,7 +301,7 @@ def read_logged(store: Store, engines: list[str]) -> LoggedEvidence:
     with_stacks = sorted({r["engine"] for r in store.query(
         "SELECT DISTINCT engine FROM stacks WHERE list_contains(?, engine)", [engines])})
     return LoggedEvidence(with_stacks, {sig.id: _log_rows(store, engines, sig) for sig in sigs if sig.match.get("log")},
-                          {sig.id: _timed_out(store, engines) for sig in sigs if sig.match.get("per_collective")})
+                          _timed_out(store, engines) if any(sig.match.get("per_collective") for sig in sigs) else [])
 
 
 def rebuild(store: Store, engines: list[str], main_stacks: dict[str, list[Any]] | None = None,
@@ -321,7 +321,7 @@ def rebuild(store: Store, engines: list[str], main_stacks: dict[str, list[Any]] 
         rows += [r for sig in sigs if sig.match.get("frames") for r in evaluate(store, e, sig, ev)]
     for sig in sigs:
         if sig.match.get("per_collective"):
-            rows += _per_collective(logged.collectives[sig.id], sig)
+            rows += _per_collective(logged.timed_out, sig)
             continue
         if sig.match.get("frames") and not sig.match.get("log_alone"):
             continue
