@@ -444,7 +444,7 @@ class _Ranks:
     def __init__(self, text: _Text, fi: np.ndarray, rank: np.ndarray, rid: np.ndarray, uranks: np.ndarray) -> None:
         ids = rid[fi]
         if len(fi) and (ids < 0).any():
-            enc = text.arrow(rank[0, fi], rank[1, fi]).cast(pa.string()).dictionary_encode()
+            enc = text.arrow(rank[0][fi], rank[1][fi]).cast(pa.string()).dictionary_encode()
             self.ids, self.names = enc.indices.to_numpy(), enc.dictionary.to_pylist()
         else:
             self.ids = ids
@@ -501,18 +501,20 @@ class _Bulk:
         fb = self.fb
         if not len(fb):
             return None
+        # (a row, then its values: ``a[k][fb]`` takes them some 2.4x faster than ``a[k, fb]``, numpy's general
+        # indexing)
         cols = self._head(fb, "path")
         cols["rank"] = self.ranks.column(self.batch_at)
-        cols["batch_kind"] = pa.DictionaryArray.from_arrays(pa.array((flags[0, fb] != 1).astype(np.int32)),
+        cols["batch_kind"] = pa.DictionaryArray.from_arrays(pa.array((flags[0][fb] != 1).astype(np.int32)),
                                                             pa.array(["Prefill", "Decode"], pa.string()), safe=False)
-        cols["forward_iter"] = _masked(ival[0, fb], ist[0, fb])
+        cols["forward_iter"] = _masked(ival[0][fb], ist[0][fb])
         for k, c in enumerate(INT_COLS):
-            cols[c] = _masked(ival[1 + k, fb], ist[1 + k, fb])
+            cols[c] = _masked(ival[1 + k][fb], ist[1 + k][fb])
         for k, c in enumerate(FLOAT_COLS):
-            cols[c] = _masked(fval[k, fb], fst[k, fb])
+            cols[c] = _masked(fval[k][fb], fst[k][fb])
         cols["graph"] = pa.array(graph[fb] == 1, mask=graph[fb] < 0)
         # PD lines (few): the sum of the counters read (none read: 0, as polars' sum_horizontal)
-        pd_line = flags[1, fb] == 1
+        pd_line = flags[1][fb] == 1
         pending = np.zeros(len(fb), np.int64)
         if pd_line.any():
             pdr = fb[pd_line]
@@ -528,8 +530,8 @@ class _Bulk:
         cols = self._head(fa, "file")
         sp = self.spans
         for name, k in (("client", 0), ("method", 2), ("path", 4)):
-            cols[name] = self.text.arrow(sp[k, fa], sp[k + 1, fa])
-        cols["status"] = pa.array(sp[6, fa].astype(np.int32))
+            cols[name] = self.text.arrow(sp[k][fa], sp[k + 1][fa])
+        cols["status"] = pa.array(sp[6][fa].astype(np.int32))
         return pa.table(cols)
 
 
