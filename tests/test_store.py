@@ -120,3 +120,43 @@ def test_a_version_6_database_is_rekeyed(tmp_path):
         got = {n: sorted(st.con.execute(f"SELECT * FROM {n}").fetchall(), key=repr) for n in SOURCE_KEYED}
         assert got == want
         assert "engine" not in {r["column_name"] for r in st.query("DESCRIBE t_batches")}
+
+
+def test_batch_counts_are_stored_narrow_and_shown_wide(tmp_path):
+    """A batch line's counts are stored as INTEGER and shown as BIGINT by the view; a count beyond INTEGER's
+    range is stored NULL and costs its file nothing (its line's other values stay, the file reads as ok); a
+    database whose table still has BIGINT there takes the same rows."""
+    from hangforensics.api import ingest
+    from hangforensics.store import physical
+    from hangforensics.store.schema import NARROW_COLUMNS
+
+    log = tmp_path / "eng" / "server.log"
+    log.parent.mkdir()
+    log.write_text(
+        "[2026-03-01 00:00:00 TP0] Decode batch, #running-req: 10, #token: 3000000000, token usage: 0.01, "
+        "cuda graph: True, gen throughput (token/s): 416.50, #queue-req: 0\n"
+        "[2026-03-01 00:00:01 TP0] Prefill batch, #new-seq: 2, #new-token: 8192, #cached-token: 7, "
+        "token usage: 0.02, #running-req: 11, #queue-req: 3\n")
+    rows = "SELECT line, running_req, num_token, queue_req, new_token, token_usage FROM batches ORDER BY line"
+    want = [(1, 10, None, 0, None, 0.01), (2, 11, None, 3, 8192, 0.02)]
+    db = tmp_path / "h.duckdb"
+    ingest([log.parent], db)
+    with Store(db) as st:
+        assert st.con.execute(rows).fetchall() == want
+        assert st.scalar("SELECT status FROM sources") == "ok"
+        view = {r["column_name"]: r["column_type"] for r in st.query("DESCRIBE batches")}
+        table = {r["column_name"]: r["column_type"] for r in st.query(f"DESCRIBE {physical('batches')}")}
+        for col in NARROW_COLUMNS["batches"]:
+            assert (view[col], table[col]) == ("BIGINT", "INTEGER"), col
+        assert table["forward_iter"] == "BIGINT"
+        for col in NARROW_COLUMNS["batches"]:        # as a database made before keeps them
+            st.con.execute(f"ALTER TABLE {physical('batches')} ALTER {col} TYPE BIGINT")
+    log.unlink()
+    log.with_name("server.1.log").write_text("".join(
+        f"[2026-03-01 00:00:0{k} TP0] Decode batch, #running-req: {k}, #token: 5, token usage: 0.0{k}, "
+        f"#queue-req: 4\n" for k in range(2, 4)))
+    ingest([log.parent], db)
+    with Store(db) as st:
+        assert st.con.execute(
+            "SELECT running_req, num_token, queue_req FROM batches WHERE path LIKE '%server.1.log' ORDER BY line"
+        ).fetchall() == [(2, 5, 4), (3, 5, 4)]

@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from ..errors import DatabaseBusyError, DatabaseError
-from .schema import MIGRATIONS, SCHEMA_VERSION, SOURCE_KEYED, TABLES, physical
+from .schema import MIGRATIONS, SCHEMA_VERSION, SOURCE_KEYED, TABLES, physical, stored
 from .views import MACROS, ddl_statements
 
 
@@ -138,10 +138,11 @@ class Store:
         path = SOURCE_KEYED[table]
         cols = [c for c in columns if c not in ("engine", path, "source_id")]
         col_list = ", ".join(f'"{c}"' for c in cols)
+        values = ", ".join(stored(table, c, f'"{c}"') for c in cols)
         into = f"INSERT INTO {physical(table)} (source_id{', ' if cols else ''}{col_list})"
         if "source_id" in columns or source_id is not None:
             key = "source_id" if "source_id" in columns else str(int(source_id))  # type: ignore[arg-type]
-            self.con.execute(f"{into} SELECT {key}{', ' if cols else ''}{col_list} FROM _hf_incoming")
+            self.con.execute(f"{into} SELECT {key}{', ' if cols else ''}{values} FROM _hf_incoming")
             return
         if "engine" not in columns or path not in columns:
             raise ValueError(f"rows of {table} name no file (source_id, or engine and {path})")
@@ -150,7 +151,7 @@ class Store:
         ).fetchone()[0]
         if unknown:
             raise ValueError(f"{unknown} row(s) of {table} name a file that is not in sources")
-        r_list = ", ".join(f'r."{c}"' for c in cols)
+        r_list = ", ".join(stored(table, c, f'r."{c}"') for c in cols)
         self.con.execute(
             f"{into} SELECT s.source_id{', ' if cols else ''}{r_list} "
             f"FROM _hf_incoming r JOIN (SELECT engine, path, min(source_id) AS source_id FROM sources GROUP BY ALL) s "

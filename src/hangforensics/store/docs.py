@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from .schema import CLOCKED, SCHEMA_VERSION, SOURCE_KEYED, TABLES, ddl_columns, physical, physical_ddl
+from .schema import (
+    CLOCKED,
+    NARROW_COLUMNS,
+    SCHEMA_VERSION,
+    SOURCE_KEYED,
+    TABLES,
+    ddl_columns,
+    physical,
+    physical_ddl,
+)
 from .views import VIEWS
 
 VIEW_NOTES = {
@@ -233,7 +242,10 @@ def schema_markdown() -> str:
         if name in SOURCE_KEYED:
             out += [f"## `{name}`", "", VIEW_NOTES[name], ""] + _column_table(name, table_columns(name))
             out += [f"### `{physical(name)}`", "", f"The rows of `{name}`, as stored: `source_id` in place of "
-                    f"`engine` and `{SOURCE_KEYED[name]}` (the view takes them from `sources`), times as printed.",
+                    f"`engine` and `{SOURCE_KEYED[name]}` (the view takes them from `sources`), times as printed."
+                    + (f" {', '.join(f'`{c}`' for c in NARROW_COLUMNS[name])} are stored as INTEGER (the view "
+                       "shows BIGINT; a count beyond INTEGER's range is stored NULL; a database made before "
+                       "keeps BIGINT)." if name in NARROW_COLUMNS else ""),
                     ""] + _column_table(physical(name), table_columns(name, physical_ddl(name)))
             continue
         heading = f"## `{name}` (view over `{physical(name)}`)" if name in CLOCKED else f"## `{name}`"

@@ -610,6 +610,19 @@ LOADED_TABLES += ("captures", "capture_processes", "capture_dumps", "capture_fai
 # Each maps to its path column in the view.
 SOURCE_KEYED = {"batches": "path", "http_requests": "file", "vllm_stats": "path"}
 
+# Columns a SOURCE_KEYED table stores as INTEGER that its view shows as BIGINT: a batch line's counts of
+# requests and tokens.  The writer's insert of a busy log's batch lines cost some 7 % less CPU so (measured on
+# the 445 MB log's rows alone: 1.74 -> 1.60 s; its whole ingest 3.91 -> 3.78 s, paired).  A count beyond
+# INTEGER's range (a batch of 2^31 tokens: no such thing) is stored NULL; ``forward_iter``, a counter that
+# grows for the server's life, stays BIGINT.  A database made before keeps BIGINT there (the same values).
+NARROW_COLUMNS = {"batches": ("new_seq", "new_token", "cached_token", "running_req", "queue_req", "num_token",
+                              "pending_req")}
+
+
+def stored(name: str, col: str, value: str) -> str:
+    """The SQL that stores ``value`` in column ``col`` of ``physical(name)`` (a NARROW_COLUMNS one: as INTEGER)."""
+    return f"TRY_CAST({value} AS INTEGER)" if col in NARROW_COLUMNS.get(name, ()) else value
+
 
 def physical(name: str) -> str:
     """Table that stores ``name``'s rows (raw clock for CLOCKED tables)."""
@@ -635,7 +648,9 @@ def physical_ddl(name: str) -> str:
         return TABLES[name]
     drop = {"engine", SOURCE_KEYED[name]}
     cols = [("source_id", "INTEGER", "the file the row was read from (sources.source_id: engine, path, clock offset)")]
-    cols += [c for c in ddl_columns(TABLES[name]) if c[0] not in drop]
+    narrow = NARROW_COLUMNS.get(name, ())
+    cols += [(col, "INTEGER" if col in narrow else typ, note) for col, typ, note in ddl_columns(TABLES[name])
+             if col not in drop]
     # each comment after its comma; the last line ends with a newline (the caller's ')' outside the comment)
     return "".join(f"{col} {typ}{',' if k < len(cols) - 1 else ''} -- {note}\n"
                    for k, (col, typ, note) in enumerate(cols))
@@ -663,7 +678,8 @@ def _to_source_keys(name: str) -> list[str]:
     rest = [c for c in keyed_columns(name) if c not in ("engine", path)]
     return [
         f"CREATE TABLE {t}_keyed ({physical_ddl(name)})",
-        f"INSERT INTO {t}_keyed (source_id, {', '.join(rest)}) SELECT s.source_id, {', '.join('r.' + c for c in rest)} "
+        f"INSERT INTO {t}_keyed (source_id, {', '.join(rest)}) "
+        f"SELECT s.source_id, {', '.join(stored(name, c, 'r.' + c) for c in rest)} "
         f"FROM {t} r JOIN (SELECT engine, path, min(source_id) AS source_id FROM sources GROUP BY ALL) s "
         f"ON s.engine = r.engine AND s.path = r.{path}",
         f"DROP VIEW IF EXISTS {name}",

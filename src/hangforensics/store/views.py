@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .schema import CLOCKED, SOURCE_KEYED, TABLES, keyed_columns, physical, physical_ddl
+from .schema import CLOCKED, NARROW_COLUMNS, SOURCE_KEYED, TABLES, keyed_columns, physical, physical_ddl
 
 # Each engine's latest launch arguments (SGLang's server_args, vLLM's start line with its parallelism), as
 # ``engine_facts`` reads them; ``TP_SIZES``: their tensor-parallel size, for an analysis that needs only that
@@ -257,6 +257,8 @@ def _keyed_view(name: str) -> str:
             cols.append(f"s.path AS {path}")
         elif c == "ts":
             cols.append(f"{_ALIGNED.format(off='s.offset_us')} AS ts")
+        elif c in NARROW_COLUMNS.get(name, ()):
+            cols.append(f"CAST(r.{c} AS BIGINT) AS {c}")
         else:
             cols.append(f"r.{c}")
     return (f"CREATE OR REPLACE VIEW {name} AS SELECT {', '.join(cols)} FROM {physical(name)} r JOIN (SELECT "
