@@ -191,9 +191,9 @@ def test_a_large_log_starts_the_fork_server_first_and_nothing_outlives_it(tmp_pa
     packed = tmp_path / "server.log.gz"
     with packed.open("wb") as f:
         f.truncate(SPLIT_MIN_BYTES * 2)
-    assert fork_server._large_plain_log(big) and fork_server._large_plain_log(fleet)
-    assert not fork_server._large_plain_log(small) and not fork_server._large_plain_log(packed)
-    assert not fork_server._large_plain_log(tmp_path, depth=1)      # two folders up: too far for depth 1
+    assert fork_server.large_plain_log(big) and fork_server.large_plain_log(fleet)
+    assert not fork_server.large_plain_log(small) and not fork_server.large_plain_log(packed)
+    assert not fork_server.large_plain_log(tmp_path, depth=1)      # two folders up: too far for depth 1
 
     with fork_server.started_early([small, packed], jobs=2):
         assert forkserver._forkserver._forkserver_pid is None
@@ -205,6 +205,40 @@ def test_a_large_log_starts_the_fork_server_first_and_nothing_outlives_it(tmp_pa
         assert sigint_ignored(pid)              # a Ctrl-C is the parent's to handle, not the server's
     assert forkserver._forkserver._forkserver_pid is None
     assert not psutil.pid_exists(pid)           # stopped while still loading (no worker was ever asked for)
+
+
+def test_the_command_starts_the_fork_server_before_the_cli_loads_for_a_large_log_only(tmp_path: Path):
+    """The console entry (``launch``) starts the parsers' fork server from the arguments alone, before typer and
+    the commands load: for an ingest (or report) naming a large plain log, with parser processes; never for a
+    database given as ``--db`` however large, one process, ``--help`` or another command."""
+    from multiprocessing import forkserver
+
+    from hangforensics import launch
+    from hangforensics.ingest import fork_server
+    from hangforensics.ingest.jobs import SPLIT_MIN_BYTES
+
+    big = tmp_path / "server.log"
+    with big.open("wb") as f:
+        f.truncate(SPLIT_MIN_BYTES)
+    db = tmp_path / "evidence.duckdb"
+    with db.open("wb") as f:
+        f.truncate(SPLIT_MIN_BYTES)
+    small = tmp_path / "small.log"
+    small.write_text("x\n")
+    try:
+        for args in (["ingest", str(small), "--db", str(db), "--jobs", "2"], ["ingest", str(big), "--jobs=1"],
+                     ["ingest", "--jobs", "1", str(big)], ["ingest", str(big), "--jobs", "2", "--help"],
+                     ["analyze", "--db", str(db)], ["sql", str(big)], []):
+            launch._start_parsers_early(args)
+            assert forkserver._forkserver._forkserver_pid is None, args
+        launch._start_parsers_early(["ingest", "--db", str(db), "--jobs", "2", str(big)])
+        pid = forkserver._forkserver._forkserver_pid
+        assert pid is not None and psutil.pid_exists(pid)
+        with fork_server.started_early([big], jobs=2):      # the ingest's own start keeps it
+            assert forkserver._forkserver._forkserver_pid == pid
+    finally:
+        fork_server.stop()
+    assert forkserver._forkserver._forkserver_pid is None
 
 
 def test_a_scan_starts_the_fork_server_first_and_stops_it_when_no_pool_needs_it(tmp_path: Path, monkeypatch):

@@ -171,7 +171,7 @@ def started_early(paths: list[Path], jobs: int) -> Iterator[None]:
     """Start the fork server for a large log now, when ``paths`` (files, or folders one or two levels above
     them) hold one that will be read in byte ranges; stopped at the end whatever happened (an unchanged
     file's ingest never uses it)."""
-    with started_early_for(jobs, now=jobs > 1 and any(_large_plain_log(p) for p in paths)):
+    with started_early_for(jobs, now=jobs > 1 and any(large_plain_log(p) for p in paths)):
         yield
 
 
@@ -179,7 +179,7 @@ def started_early(paths: list[Path], jobs: int) -> Iterator[None]:
 _WHOLE_SUFFIXES = (".gz", ".zst", ".bz2", ".xz", ".zip", ".tar", ".tgz")
 
 
-def _large_plain_log(path: Path, depth: int = 2, budget: list[int] | None = None) -> bool:
+def large_plain_log(path: Path, depth: int = 2, budget: list[int] | None = None) -> bool:
     """A file of at least SPLIT_MIN_BYTES not compressed, at ``path`` or up to ``depth`` folders below it
     (at most 2000 entries looked at: this guess must cost nothing)."""
     budget = budget if budget is not None else [2000]
@@ -193,7 +193,7 @@ def _large_plain_log(path: Path, depth: int = 2, budget: list[int] | None = None
                 budget[0] -= 1
                 if budget[0] < 0:
                     return False
-                if _large_plain_log(Path(entry.path), depth - 1, budget):
+                if large_plain_log(Path(entry.path), depth - 1, budget):
                     return True
     except OSError:
         return False

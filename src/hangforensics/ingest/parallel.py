@@ -141,8 +141,6 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
         with pooled as pool:
             ranges = _Ranges(pool, tmp, window=jobs + 2)
             split = [(p, ranges.add(p, jobs)) for p in work if splittable(p)]
-            # the ranges' first lines, while the fork server loads (the first submit waits for it)
-            ranges.count(len(ranges.todo) - 1)
             # the largest first: the last files to finish are small ones, not a large log parsed while the other
             # workers have nothing left (files load as they finish, in any order); a file whose parse began while
             # planning is a task of its own
@@ -155,6 +153,8 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
             with _workers_ignore_ctrl_c():         # workers start on submit: Ctrl-C is the parent's to handle
                 whole.fill()
                 ranges.fill()
+            # the other ranges' first lines, while the first ones are parsed (the loader waits for them)
+            ranges.count(len(ranges.todo) - 1)
             if counter is not None:
                 counter.tasks += len(whole.todo) + len(ranges.todo)
             # whole small files as they finish (several to a transaction); the ranges of a split log in order
