@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -364,8 +365,8 @@ class _Slice:
     """One slice of a chunk's lines through the scanner: the rows of its bulk lines (``tables``), the lines
     the general parser reads (``keep``: indices in the chunk; every line that is not bulk, and every bulk
     line next to one or at the slice's ends), the bulk lines it reads too (``seen``: line numbers), and the
-    records it does not read, for the chunk's facts (``facts``: line, ts_dt, msg for the first ``head`` with
-    a message).  ``bare``: access lines without a time are bulk too (their rows undated: the caller dates them,
+    records it does not read, for the chunk's facts (``fact_lines``, ``fact_ts``: their lines and times in
+    microseconds, _NO_TIME for none; ``said_lines``, ``said``: the first ``head`` with a message, and it).  ``bare``: access lines without a time are bulk too (their rows undated: the caller dates them,
     ``_date_access``), else the general parser's."""
 
     def __init__(self, sc: Any, text: _Text, starts: np.ndarray, ends: np.ndarray, a: int, b: int,
@@ -404,14 +405,20 @@ class _Slice:
         told = ~undated[fi]                             # (a bare access line is a record without a message)
         said = np.flatnonzero(told)[:max(head, 0)]
         self.messages = len(said)
-        msgs = text.series(mstart[fi[said]], ends[a:b][fi[said]])
-        if not len(said) or said[-1] == len(said) - 1:     # the first fast lines (no bare one among them)
-            msgs = pl.concat([msgs, pl.repeat(None, len(fi) - len(said), dtype=pl.String, eager=True)])
-        else:
-            msgs = pl.repeat(None, len(fi), dtype=pl.String, eager=True).scatter(said, msgs)
-        self.facts = pl.DataFrame({
-            "line": lines[fi], "msg": msgs,
-            "ts_dt": pl.from_arrow(pa.array(ts[fi], mask=~told).cast(pa.timestamp("us")))}).select("line", "ts_dt", "msg")
+        self.fact_lines = lines[fi]
+        self.fact_ts = np.where(told, ts[fi], _NO_TIME)
+        self.said_lines = self.fact_lines[said]
+        self.said = text.series(mstart[fi[said]], ends[a:b][fi[said]])
+
+    def facts(self) -> pl.DataFrame:
+        """The records the general parser does not read as a frame (line, ts_dt, msg): as files read together
+        want them (``ingest.batch_parse``: small files, few rows)."""
+        msg = pl.repeat(None, len(self.fact_lines), dtype=pl.String, eager=True)
+        if len(self.said_lines):
+            msg = msg.scatter(np.searchsorted(self.fact_lines, self.said_lines), self.said)
+        undated = self.fact_ts == _NO_TIME
+        ts = pa.array(np.where(undated, 0, self.fact_ts), mask=undated).cast(pa.timestamp("us"))
+        return pl.DataFrame({"line": self.fact_lines, "ts_dt": pl.from_arrow(ts), "msg": msg})
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -541,51 +548,68 @@ def _release_records(ctx: FileContext) -> int:
     return 0 if ctx.release == RELEASE_ORDER[0] else sglang_log.RELEASE_RECORDS
 
 
+_NO_TIME = np.iinfo(np.int64).min       # a record without a time, among times in microseconds
+_EPOCH = datetime(1970, 1, 1)
+
+
 def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list[_Slice], chunks: list[int]) -> None:
     """What ``chunk_facts`` says of each chunk of the group in turn (``chunks``: their first lines, as the
     general path reads them), computed at once over the group's records in file order: the general parser's
-    (``rest``: line, ts_dt, msg, ranks) and the bulk lines it did not see (the slices' ``facts``: times and
-    lines from the scanner's arrays; messages only where the release traits are looked for; ranks as their
-    few distinct texts: only whether one prints PP before TP counts).
+    (``rest``: line, ts_dt, msg, ranks) and the bulk lines it did not see (the slices' lines and times from
+    the scanner's arrays; messages only where the release traits are looked for; ranks as their few distinct
+    texts: only whether one prints PP before TP counts).  In numpy: the bulk lines are most of a busy log's
+    records (as polars frames, merged, filtered and shifted, they cost a parser worker a tenth of its CPU).
 
     The release: the traits in each chunk's first RELEASE_RECORDS messages and in every record the general
     parser typed as no batch or access line (``rest`` has them all), all chunks' at once (chunk by
     chunk, only releases newer than the chunks before point at are looked for: the newest found is the
     same).  The clock's steps back: counted over the group, the largest of each chunk as its own sort
-    picks it.  The last time: the latest of the last chunk with a dated record."""
-    # both in line order already (the slices' in turn): merged, not sorted
-    records = rest.select("line", pl.col("ts_dt").cast(pl.Datetime("us")), "msg") \
-        .merge_sorted(pl.concat([s.facts for s in slices]), key="line")
-    chunk = np.searchsorted(np.asarray(chunks), records.get_column("line").to_numpy(), side="right") - 1
-    records = records.with_columns(pl.Series("chunk", chunk))
+    picks it (the first of equal ones).  The last time: the latest of the last chunk with a dated record."""
+    r_lines = rest.get_column("line").to_numpy()
+    r_ts = rest.get_column("ts_dt").cast(pl.Datetime("us")).to_physical().fill_null(_NO_TIME).to_numpy()
+    b_lines = np.concatenate([s.fact_lines for s in slices])
+    # both in line order already (the slices' in turn), no line in both: the general parser's merged in
+    at = np.searchsorted(b_lines, r_lines)
+    lines = np.insert(b_lines, at, r_lines)
+    ts = np.insert(np.concatenate([s.fact_ts for s in slices]), at, r_ts)
+    bounds = np.asarray(chunks)
     known = RELEASE_ORDER.index(ctx.release) if ctx.release in RELEASE_ORDER else len(RELEASE_ORDER)
     ranks = pl.concat([rest.get_column("ranks").drop_nulls(),
                        pl.Series([" " + r if r else "" for s in slices for r in s.rank_names], dtype=pl.String)])
     pp_first = known > RELEASE_ORDER.index("0.5.10") and ranks.str.contains(sglang_log.PP_FIRST).any()
-    msg = records.get_column("msg")
-    said = ~msg.is_null().to_numpy()
-    of = chunk[said]                                    # each message's chunk (ascending): its place in it
+    msg = rest.get_column("msg")
+    has = ~msg.is_null().to_numpy()
+    m_lines = np.concatenate([r_lines[has]] + [s.said_lines for s in slices])
+    order = np.argsort(m_lines, kind="stable")
+    of = np.searchsorted(bounds, m_lines[order], side="right") - 1     # each message's chunk (ascending)
     head = np.arange(len(of)) - np.searchsorted(of, of, side="left") < sglang_log.RELEASE_RECORDS
-    looked = msg.filter(pl.Series(said)).filter(pl.Series(head))
+    said = pl.concat([msg.filter(pl.Series(has)), *(s.said for s in slices)])
+    looked = said.gather(order[head])
     if not head.all():                                  # (else every message is looked at already)
         looked = pl.concat([looked, sglang_log.rare_messages(rest)])
     out.release = newest_release(release_of(looked, ctx.release), "0.5.10" if pp_first else None)
-    dated = records.filter(pl.col("ts_dt").is_not_null())
-    if not dated.height:
+    dated = ts != _NO_TIME
+    if not dated.any():
         return
-    prev = pl.col("ts_dt").shift(1)
-    if ctx.prev_ts is not None:
-        prev = prev.fill_null(pl.lit(ctx.prev_ts))
-    steps = dated.with_columns((prev - pl.col("ts_dt")).dt.total_milliseconds().alias("back_ms")) \
-        .filter(pl.col("back_ms") > BACKWARDS_S * 1000)
-    if steps.height:
-        out.backwards = steps.height
-        tops = [steps.filter(pl.col("chunk") == c).drop("chunk").sort("back_ms", descending=True).row(0, named=True)
-                for c in steps.get_column("chunk").unique().to_list()]
-        out.largest_back = max((t["back_ms"] / 1000, t["line"]) for t in tops)
-    ts = dated.get_column("ts_dt")
-    ctx.prev_ts = ts[-1]
-    ctx.last_ts = ts.filter(dated.get_column("chunk") == dated.get_column("chunk")[-1]).max()  # type: ignore[assignment]
+    ts, lines = ts[dated], lines[dated]
+    prev = np.empty_like(ts)
+    prev[1:] = ts[:-1]
+    prev[0] = _NO_TIME if ctx.prev_ts is None else (ctx.prev_ts - _EPOCH) // timedelta(microseconds=1)
+    step = (prev != _NO_TIME) & ((prev - ts) // 1000 > BACKWARDS_S * 1000)
+    if step.any():
+        back, at_line = (prev - ts)[step] // 1000, lines[step]
+        chunk = np.searchsorted(bounds, at_line, side="right") - 1
+        out.backwards = int(step.sum())
+        tops = []
+        for c in np.unique(chunk):
+            mine = np.flatnonzero(chunk == c)
+            k = mine[np.argmax(back[mine])]
+            tops.append((int(back[k]) / 1000, int(at_line[k])))
+        out.largest_back = max(tops)
+    ctx.prev_ts = _EPOCH + timedelta(microseconds=int(ts[-1]))
+    last = np.searchsorted(bounds, lines[-1], side="right") - 1
+    first_of_last = np.searchsorted(lines, bounds[last])
+    ctx.last_ts = _EPOCH + timedelta(microseconds=int(ts[first_of_last:].max()))
 
 
 def _date_access(out: Parsed, ctx: FileContext) -> None:
