@@ -50,6 +50,8 @@ def test_parallel_split_ingest_equals_serial(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(ingest, "PARALLEL_MIN_BYTES", 1024)
     monkeypatch.setattr(parallel, "SPLIT_MIN_BYTES", 1024)
     monkeypatch.setattr(load, "COMMIT_BYTES", 512 * 1024)                 # partial commits between ranges
+    monkeypatch.setattr(parallel, "RANGE_BYTES", 512 * 1024)              # ranges that grow and shrink again
+    monkeypatch.setattr(parallel, "FIRST_RANGE_BYTES", 128 * 1024)
     with Store(tmp_path / "parallel.duckdb") as st:
         # (memory_limit is restored from its text, rounded to 0.1 MiB: not compared)
         settings = "SELECT current_setting('threads'), current_setting('checkpoint_threshold'), " \
@@ -59,6 +61,24 @@ def test_parallel_split_ingest_equals_serial(tmp_path: Path, monkeypatch):
         assert st.con.execute(QUERY).fetchall() == serial
         assert st.scalar("SELECT status FROM sources") == "ok"
         assert st.con.execute(settings).fetchall() == before      # the loader's own settings are undone
+
+
+def test_a_large_logs_ranges_grow_then_shrink_and_cover_it():
+    """A large log's ranges: contiguous over its bytes, the first FIRST_RANGE_BYTES then doubling to at most
+    RANGE_BYTES, the last ones shrinking as the first grew (the loader's backlog when the workers are done is
+    small), at least two per worker; a log too small for the ramp down only grows."""
+    mb = 1024 * 1024
+    for start, size, jobs in ((0, 445 * mb, 2), (7, 2000 * mb + 3, 4), (0, 130 * mb, 2), (5, 40 * mb, 2), (0, 3 * mb, 2)):
+        cuts = [start, *parallel.range_targets(start, size, jobs), start + size]
+        sizes = [b - a for a, b in zip(cuts, cuts[1:], strict=False)]
+        assert all(n > 0 for n in sizes) and sum(sizes) == size
+        assert len(sizes) >= 2 * jobs and max(sizes) <= parallel.RANGE_BYTES
+        top = max(sizes)
+        assert sizes[0] == min(parallel.FIRST_RANGE_BYTES, top)
+        grow = sizes[:sizes.index(top)]
+        assert grow == sorted(grow)
+        if size >= 4 * parallel.FIRST_RANGE_BYTES + 2 * parallel.RANGE_BYTES:
+            assert grow and sizes[-len(grow):] == grow[::-1]                    # the ramp down
 
 
 def test_row_dicts_become_arrow_with_every_key_any_row_has():

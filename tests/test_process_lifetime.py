@@ -209,8 +209,9 @@ def test_a_large_log_starts_the_fork_server_first_and_nothing_outlives_it(tmp_pa
 
 def test_the_command_starts_the_fork_server_before_the_cli_loads_for_a_large_log_only(tmp_path: Path):
     """The console entry (``launch``) starts the parsers' fork server from the arguments alone, before typer and
-    the commands load: for an ingest (or report) naming a large plain log, with parser processes; never for a
-    database given as ``--db`` however large, one process, ``--help`` or another command."""
+    the commands load: for an ingest (or report) naming a large plain log, and a scan of a database not made
+    yet, with a local pool of parser processes; never for a database given as ``--db`` however large, one
+    process, ``--help`` or another command."""
     from multiprocessing import forkserver
 
     from hangforensics import launch
@@ -236,6 +237,16 @@ def test_the_command_starts_the_fork_server_before_the_cli_loads_for_a_large_log
         assert pid is not None and psutil.pid_exists(pid)
         with fork_server.started_early([big], jobs=2):      # the ingest's own start keeps it
             assert forkserver._forkserver._forkserver_pid == pid
+        assert forkserver._forkserver._forkserver_pid is None
+        # a scan: for a database not made yet (every file is new), with a local pool of parsers
+        for args in (["scan", str(tmp_path), "--db", str(db), "--jobs", "2"],
+                     ["scan", str(tmp_path), "--db", str(tmp_path / "new.duckdb"), "--jobs=1"],
+                     ["scan", str(tmp_path), "--db", str(tmp_path / "new.duckdb"), "--jobs", "2", "--executor", "ray"]):
+            launch._start_parsers_early(args)
+            assert forkserver._forkserver._forkserver_pid is None, args
+        launch._start_parsers_early(["scan", str(tmp_path), "--out", str(db), "--jobs", "2",
+                                     "--db", str(tmp_path / "new.duckdb")])
+        assert forkserver._forkserver._forkserver_pid is not None
     finally:
         fork_server.stop()
     assert forkserver._forkserver._forkserver_pid is None

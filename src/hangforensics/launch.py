@@ -1,6 +1,6 @@
-"""The ``hangforensics`` command's entry point: for an ingest of a large log, the parsers' fork server is started
-before the command line interface itself is imported (typer and click, the commands' module: some 0.1 s),
-so that it loads while everything else does; then the CLI runs as usual.
+"""The ``hangforensics`` command's entry point: where parser processes will read, the parsers' fork server is
+started before the command line interface itself is imported (typer and click, the commands' module: some
+0.1 s), so that it loads while everything else does; then the CLI runs as usual.
 
 The arguments are only looked at, never judged: whatever this reads wrong, the CLI says so, and the API starts
 or stops the server as it always does (``fork_server.started_early``: a server it does not need is stopped)."""
@@ -12,14 +12,15 @@ import os
 import sys
 from pathlib import Path
 
-# The commands that ingest, and their options that take a value (the value is not a path to read).
-_INGESTING = ("ingest", "report")
-_VALUED = ("--db", "--jobs", "-o", "--output", "--json", "--fail-on")
+# The options that take a value (the value is not a path to read), of the commands that parse.
+_VALUED = ("--db", "--jobs", "-o", "--output", "--json", "--fail-on", "--out", "--wait", "--executor",
+           "--ray-address", "--staging")
+_DEFAULT_DB = "hangforensics.duckdb"        # (the CLI's DEFAULT_DB)
 
 
 def main() -> None:
-    """Start the parsers early where a large log is to be read, then run the CLI."""
-    # only a head start: whatever goes wrong here, the ingest starts the server itself if it needs it
+    """Start the parsers early where they will be needed, then run the CLI."""
+    # only a head start: whatever goes wrong here, the command starts the server itself if it needs it
     with contextlib.suppress(Exception):
         _start_parsers_early(sys.argv[1:])
     from .cli import main as cli_main
@@ -28,20 +29,24 @@ def main() -> None:
 
 
 def _start_parsers_early(args: list[str]) -> None:
-    if not args or args[0] not in _INGESTING or "--help" in args:
+    """For an ingest (or report) naming a large plain log, and for the first scan of a database (every file
+    is new), with parser processes: as the API and the scan start it (``fork_server.started_early``)."""
+    if not args or args[0] not in ("ingest", "report", "scan") or "--help" in args:
         return
     paths: list[Path] = []
-    jobs = os.cpu_count() or 1
+    options = {"--jobs": str(os.cpu_count() or 1), "--db": _DEFAULT_DB, "--executor": "local"}
     rest = iter(args[1:])
     for a in rest:
         name, eq, value = a.partition("=")
         if name in _VALUED:
-            value = value if eq else next(rest, "")
-            if name == "--jobs":
-                jobs = int(value)
+            options[name] = value if eq else next(rest, "")
         elif not a.startswith("-"):
             paths.append(Path(a))
+    jobs = int(options["--jobs"])
     from .ingest import fork_server
 
-    if jobs > 1 and any(fork_server.large_plain_log(p) for p in paths):
+    if args[0] == "scan":
+        if jobs > 1 and options["--executor"] == "local" and not Path(options["--db"]).exists():
+            fork_server.start_for(jobs)
+    elif jobs > 1 and any(fork_server.large_plain_log(p) for p in paths):
         fork_server.start_for(jobs)
