@@ -252,6 +252,21 @@ def test_the_command_starts_the_fork_server_before_the_cli_loads_for_a_large_log
     assert forkserver._forkserver._forkserver_pid is None
 
 
+def test_the_entry_point_knows_every_option_that_takes_a_value():
+    """The entry point reads the arguments before the CLI does: every option of the commands it looks at that
+    takes a value must be one it skips with its value (else the value would be taken for a path to read)."""
+    import typer.main
+
+    from hangforensics import launch
+    from hangforensics.cli import app
+
+    group = typer.main.get_command(app)
+    for name in ("ingest", "report", "scan"):
+        options = [p for p in group.commands[name].params if p.param_type_name == "option"]
+        valued = {o for p in options if not p.is_flag for o in p.opts}
+        assert "--db" in valued and valued <= set(launch._VALUED), (name, valued - set(launch._VALUED))
+
+
 def test_a_scan_starts_the_fork_server_first_and_stops_it_when_no_pool_needs_it(tmp_path: Path, monkeypatch):
     """A fleet scan with parser processes starts their fork server before it imports DuckDB and plans (it
     loads meanwhile); a scan whose files are too few for a pool stops it as soon as it knows, before parsing

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from . import __version__
+from . import DEFAULT_DB, __version__
 from .analysis.rules import SEVERITY_RANK
 from .errors import HangforensicsError
 from .terminal_progress import ProgressBar
@@ -25,7 +25,6 @@ app = typer.Typer(
          "one HTML incident report.",
 )
 
-DEFAULT_DB = Path("hangforensics.duckdb")
 
 
 def _mode(engine: bool, fleet: bool) -> str:

@@ -12,10 +12,11 @@ import os
 import sys
 from pathlib import Path
 
+from . import DEFAULT_DB
+
 # The options that take a value (the value is not a path to read), of the commands that parse.
 _VALUED = ("--db", "--jobs", "-o", "--output", "--json", "--fail-on", "--out", "--wait", "--executor",
            "--ray-address", "--staging")
-_DEFAULT_DB = "hangforensics.duckdb"        # (the CLI's DEFAULT_DB)
 
 
 def main() -> None:
@@ -34,7 +35,7 @@ def _start_parsers_early(args: list[str]) -> None:
     if not args or args[0] not in ("ingest", "report", "scan") or "--help" in args:
         return
     paths: list[Path] = []
-    options = {"--jobs": str(os.cpu_count() or 1), "--db": _DEFAULT_DB, "--executor": "local"}
+    options = {"--jobs": str(os.cpu_count() or 1), "--db": str(DEFAULT_DB), "--executor": "local"}
     rest = iter(args[1:])
     for a in rest:
         name, eq, value = a.partition("=")

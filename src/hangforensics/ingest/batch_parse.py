@@ -366,10 +366,10 @@ def _scan_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
     def facts(starts: Any, outs: list[Any]) -> None:
         # as ``sglang_fast._chunk_facts`` of each file: its records with the bulk lines the general parser
         # did not see (their messages only where the release traits are looked for), their ranks' texts
-        bulk = [s.facts() for mine in slices for s in mine]
+        bulk = fast.facts_frame([s for mine in slices for s in mine])
         of = np.repeat(np.arange(len(ready), dtype=np.int32), [sum(len(s.fact_lines) for s in mine) for mine in slices])
         records = pl.concat([starts.select("_file", "line", pl.col("ts_dt").cast(pl.Datetime("us")), "msg"),
-                             pl.concat(bulk).select(pl.Series("_file", of), "line", "ts_dt", "msg")]) \
+                             bulk.select(pl.Series("_file", of), "line", "ts_dt", "msg")]) \
             .sort("_file", "line")
         names = [(k, " " + n if n else "") for k, mine in enumerate(slices) for s in mine for n in s.rank_names]
         ranks = pl.concat([starts.select("_file", "ranks").drop_nulls(),

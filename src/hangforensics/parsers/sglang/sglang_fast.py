@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..datetimes import from_micros, micros_of
 from . import sglang_log
 from .sglang_log import BACKWARDS_S, FileContext, Parsed, parse_chunk, release_of
 from .sglang_patterns import RELEASE_ORDER, newest_release
@@ -366,7 +366,8 @@ class _Slice:
     the general parser reads (``keep``: indices in the chunk; every line that is not bulk, and every bulk
     line next to one or at the slice's ends), the bulk lines it reads too (``seen``: line numbers), and the
     records it does not read, for the chunk's facts (``fact_lines``, ``fact_ts``: their lines and times in
-    microseconds, _NO_TIME for none; ``said_lines``, ``said``: the first ``head`` with a message, and it).  ``bare``: access lines without a time are bulk too (their rows undated: the caller dates them,
+    microseconds, _NO_TIME for none; ``said_lines``, ``said``: the first ``head`` with a message, and it).
+    ``bare``: access lines without a time are bulk too (their rows undated: the caller dates them,
     ``_date_access``), else the general parser's."""
 
     def __init__(self, sc: Any, text: _Text, starts: np.ndarray, ends: np.ndarray, a: int, b: int,
@@ -410,15 +411,21 @@ class _Slice:
         self.said_lines = self.fact_lines[said]
         self.said = text.series(mstart[fi[said]], ends[a:b][fi[said]])
 
-    def facts(self) -> pl.DataFrame:
-        """The records the general parser does not read as a frame (line, ts_dt, msg): as files read together
-        want them (``ingest.batch_parse``: small files, few rows)."""
-        msg = pl.repeat(None, len(self.fact_lines), dtype=pl.String, eager=True)
-        if len(self.said_lines):
-            msg = msg.scatter(np.searchsorted(self.fact_lines, self.said_lines), self.said)
-        undated = self.fact_ts == _NO_TIME
-        ts = pa.array(np.where(undated, 0, self.fact_ts), mask=undated).cast(pa.timestamp("us"))
-        return pl.DataFrame({"line": self.fact_lines, "ts_dt": pl.from_arrow(ts), "msg": msg})
+
+def facts_frame(slices: list[_Slice]) -> pl.DataFrame:
+    """The records the general parser does not read, of ``slices`` in turn, as one frame (line, ts_dt, msg):
+    as files read together want them (``ingest.batch_parse``)."""
+    lines = np.concatenate([s.fact_lines for s in slices])
+    times = np.concatenate([s.fact_ts for s in slices])
+    msg = pl.repeat(None, len(lines), dtype=pl.String, eager=True)
+    starts = np.cumsum([0] + [len(s.fact_lines) for s in slices[:-1]])
+    at = np.concatenate([start + np.searchsorted(s.fact_lines, s.said_lines)
+                         for start, s in zip(starts, slices, strict=True)])
+    if len(at):
+        msg = msg.scatter(at, pl.concat([s.said for s in slices]))
+    undated = times == _NO_TIME
+    ts = pa.array(np.where(undated, 0, times), mask=undated).cast(pa.timestamp("us"))
+    return pl.DataFrame({"line": lines, "ts_dt": pl.from_arrow(ts), "msg": msg})
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -549,7 +556,6 @@ def _release_records(ctx: FileContext) -> int:
 
 
 _NO_TIME = np.iinfo(np.int64).min       # a record without a time, among times in microseconds
-_EPOCH = datetime(1970, 1, 1)
 
 
 def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list[_Slice], chunks: list[int]) -> None:
@@ -594,7 +600,7 @@ def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list
     ts, lines = ts[dated], lines[dated]
     prev = np.empty_like(ts)
     prev[1:] = ts[:-1]
-    prev[0] = _NO_TIME if ctx.prev_ts is None else (ctx.prev_ts - _EPOCH) // timedelta(microseconds=1)
+    prev[0] = _NO_TIME if ctx.prev_ts is None else micros_of(ctx.prev_ts)
     step = (prev != _NO_TIME) & ((prev - ts) // 1000 > BACKWARDS_S * 1000)
     if step.any():
         back, at_line = (prev - ts)[step] // 1000, lines[step]
@@ -606,10 +612,10 @@ def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list
             k = mine[np.argmax(back[mine])]
             tops.append((int(back[k]) / 1000, int(at_line[k])))
         out.largest_back = max(tops)
-    ctx.prev_ts = _EPOCH + timedelta(microseconds=int(ts[-1]))
+    ctx.prev_ts = from_micros(int(ts[-1]))
     last = np.searchsorted(bounds, lines[-1], side="right") - 1
     first_of_last = np.searchsorted(lines, bounds[last])
-    ctx.last_ts = _EPOCH + timedelta(microseconds=int(ts[first_of_last:].max()))
+    ctx.last_ts = from_micros(int(ts[first_of_last:].max()))
 
 
 def _date_access(out: Parsed, ctx: FileContext) -> None:
