@@ -196,3 +196,71 @@ def test_the_newest_release_wins_wherever_its_trait_is_in_a_large_chunk(where: s
         msgs[-1] = newer
     assert release_of(pl.Series(msgs)) == ("0.5.5" if where == "nowhere" else "0.5.10")
     assert release_of(pl.Series(msgs), known="0.5.10") is None
+
+
+# -- the release searched in bulk messages without cutting them out (sglang_releases) -------------------------
+def test_a_regexs_top_alternatives_and_literal_head():
+    from hangforensics.parsers.sglang.sglang_releases import alternatives, literal_head
+
+    assert alternatives(r"a|(b|c)|[|x]|d\|e|") == ["a", "(b|c)", "[|x]", r"d\|e", ""]
+    assert literal_head(r"self\.cur_batch\.batch_size\(\)=\d+$") == "self.cur_batch.batch_size()="
+    assert literal_head("Scheduler debug info:") == "Scheduler debug info:"
+    assert literal_head("ab*c") == "a" and literal_head("ab?c") == "a" and literal_head("ab{2}") == "a"
+    assert literal_head("ab+c") == "ab"
+    assert literal_head("(?:Prefill|Decode) batch") == "" and literal_head(r"\d+ x") == ""
+
+
+def test_a_trait_anchored_where_no_bulk_message_starts_is_not_looked_for_in_them():
+    from hangforensics.parsers.sglang.sglang_releases import bulk_prefilter
+
+    assert bulk_prefilter("^Scheduler debug info:|^symmetric-memory registration") == ""
+    assert bulk_prefilter("^Scheduler debug info:|fwd occupancy: ") == "(?:fwd occupancy: )"
+    # anchored where a batch or access message may start, or anchored elsewhere: looked for in each message
+    for rx in ("^Decode batch\\. ", "^Dec", "^INFO: x", "^(?:Prefill|Decode) batch", "x, $", "[^a]b", "a|^.*x"):
+        assert bulk_prefilter(rx) is None, rx
+
+
+def _bulk_lines() -> list[str]:
+    """Batch and access lines of every release's fixture, and the same with each release's traits put into
+    them (a batch field, an access path, a batch line's end)."""
+    import re
+
+    samples = ["#pending-token: 3", "cur_batch_for_debug", "fwd occupancy: 0.9", "self.soft=True)",
+               "self.soft=False)", "est. prefill TFLOPS: 1.0", "est. decode TFLOPS: 2", "accept rate: 0.5",
+               "symmetric-memory registration in progress", "Scheduler debug info:"]
+    lines = []
+    for release in RELEASES:
+        for line in (DATA / release / "server.log").read_text().splitlines():
+            m = re.match(r"^\[[^\]]*\] ((?:Prefill|Decode) batch|INFO|WARNING|ERROR)", line)
+            if m:
+                lines.append(line)
+    grown = []
+    for line in lines[::7]:
+        for s in samples:
+            if " batch" in line:
+                grown += [line.replace(" batch, ", f" batch, {s}, ", 1), line + f", {s}", line + f", {s}, "]
+            elif " HTTP/" in line and " " not in s:
+                grown.append(re.sub(r'"([A-Z]+) (\S+)', rf'"\1 \2{s}', line, count=1))
+    return lines + grown
+
+
+def test_each_releases_search_around_bulk_messages_finds_every_one_its_trait_matches():
+    """For every release: each batch or access message its trait matches (the fixtures' own, and ones its and
+    the other releases' traits were put into) is found by its search of the lines around them; a release whose
+    search is "" matches none of them."""
+    import polars as pl
+
+    from hangforensics.parsers.sglang.sglang_patterns import RELEASE_TRAITS
+    from hangforensics.parsers.sglang.sglang_releases import BULK_PREFILTERS
+
+    lines = pl.Series(_bulk_lines())
+    messages = lines.str.replace(r"^\[[^\]]*\] ", "")
+    assert BULK_PREFILTERS["0.5.23"] and BULK_PREFILTERS["0.5.10"]       # (the searches exist where it counts)
+    for release, rx in RELEASE_TRAITS:
+        search = BULK_PREFILTERS[release]
+        if search is None:
+            continue
+        matched = messages.str.contains(rx)
+        assert matched.sum() > 0 or search == "", release
+        found = lines.str.contains(search) if search else pl.Series([False] * len(lines))
+        assert not (matched & ~found).any(), (release, lines.filter(matched & ~found).head(3).to_list())

@@ -665,3 +665,42 @@ def test_the_general_parser_reads_a_dated_line_without_its_neighbours(tmp_path, 
     assert untyped in got and untyped - 1 not in got and untyped + 1 not in got
     # the traceback's lines, and the batch lines before and after them
     assert set(range(exception + 1, exception + 3)) <= set(got) and exception + 3 in got
+
+
+@pytest.mark.parametrize("where", ["head", "past_small_rows", "past_head", "access_path", "nowhere"])
+def test_a_newer_releases_trait_on_bulk_lines_points_at_it_as_the_general_path_reads_it(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """A 0.5.23 trait on one line the scanner reads (a batch line's 'fwd occupancy:', an access line's path)
+    of a 0.5.5 log: among a later chunk's first records (past the first few the search looks at before the
+    rest), or past them (not looked at): the same release both ways.  The scanner's bulk messages are then
+    not cut out unless their bytes hold the trait (sglang_releases)."""
+    monkeypatch.setattr(parse, "CHUNK_BYTES", 16 * 1024)
+    monkeypatch.setattr(sglang_log, "RELEASE_RECORDS", 60)
+    monkeypatch.setattr(sglang_log, "SMALL_ROWS", 8)
+    monkeypatch.setattr(sglang_fast, "SMALL_ROWS", 8)
+    log = tmp_path / "e" / "server.log"
+    log.parent.mkdir()
+
+    def line(i: int, tail: str = "", path: str = "/generate") -> str:
+        if i % 3 == 2:
+            return f'[{_stamp(i)}] INFO:     10.0.0.1:5000 - "POST {path} HTTP/1.1" 200 OK'
+        return f"[{_stamp(i)} TP0] Decode batch, #running-req: {i % 40:2d}, #token: 8, token usage: 0.01, " \
+               f"accept rate: 0.5, #queue-req: 0{tail}"
+
+    lines = [line(i) for i in range(1500)]
+    log.write_text("\n".join(lines) + "\n")
+    firsts = [c.first_line for c in iter_chunks(log, records=True, chunk_bytes=parse.CHUNK_BYTES)]
+    chunk = firsts[4] - 1                                # (0-based) the 5th chunk's first line
+    at = {"head": chunk + 3, "past_small_rows": chunk + 30, "past_head": chunk + 80, "access_path": chunk + 30,
+          "nowhere": None}[where]
+    while at is not None and (at % 3 == 2) != (where == "access_path"):
+        at += 1
+    assert firsts[5] - firsts[4] > 90                    # (past_head lies in the same chunk)
+    if at is not None:
+        lines[at] = line(at, path="/cur_batch_for_debug") if where == "access_path" else \
+            line(at, ", fwd occupancy: 0.93")
+        assert ("INFO" in lines[at]) == (where == "access_path")
+    log.write_text("\n".join(lines) + "\n")
+    fast, general = _both_ways([log.parent], tmp_path, monkeypatch)
+    _assert_same(fast, general)
+    assert [r[0] for r in general["sources"]] == ["0.5.5" if where in ("past_head", "nowhere") else "0.5.23"]

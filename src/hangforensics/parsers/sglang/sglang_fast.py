@@ -35,8 +35,9 @@ import pyarrow.compute as pc
 
 from ..datetimes import from_micros, micros_of
 from . import sglang_log
-from .sglang_log import BACKWARDS_S, FileContext, Parsed, parse_chunk, release_of
+from .sglang_log import BACKWARDS_S, SMALL_ROWS, FileContext, Parsed, parse_chunk
 from .sglang_patterns import RELEASE_ORDER, newest_release
+from .sglang_releases import release_in
 
 # Below this many bytes a read uses the general parser alone where the scanner is not loaded yet: its start-up
 # (numba, its compiled code loaded from the cache: about 0.5-1 s of CPU per process) would cost more than it
@@ -409,7 +410,66 @@ class _Slice:
         self.fact_lines = lines[fi]
         self.fact_ts = np.where(told, ts[fi], _NO_TIME)
         self.said_lines = self.fact_lines[said]
-        self.said = text.series(mstart[fi[said]], ends[a:b][fi[said]])
+        # their messages' bytes, and their lines' starts: cut out only when a search needs them (``_Said``)
+        self.text = text
+        self.said_begin, self.said_end = mstart[fi[said]], ends[a:b][fi[said]]
+        self.said_starts = starts[a:b][fi[said]]
+        self._said: pl.Series | None = None
+
+    @property
+    def said(self) -> pl.Series:
+        """The messages of the first ``head`` records with one (``said_lines``)."""
+        if self._said is None:
+            self._said = self.text.series(self.said_begin, self.said_end)
+        return self._said
+
+
+class _Said:
+    """The bulk messages a group's release is looked for in (``sglang_releases.BulkMessages``): each slice's
+    first ``counts[i]`` (``said_*``), cut out of its chunk's bytes only when a search needs them."""
+
+    PIECE = 4096            # messages per piece of the bytes around them (a search of one long string is slow)
+
+    def __init__(self, slices: list[_Slice], counts: np.ndarray) -> None:
+        self.parts = [(s, int(k)) for s, k in zip(slices, counts, strict=True) if k]
+        self._around: pl.Series | None = None
+        self._cut: dict[int, pl.Series] = {}
+
+    def may_match(self, pattern: str) -> bool:
+        if self._around is None:
+            pieces = []
+            for s, k in self.parts:
+                cuts = np.r_[s.said_starts[:k:self.PIECE], s.said_end[k - 1]]
+                pieces.append(pa.LargeStringArray.from_buffers(
+                    len(cuts) - 1, pa.py_buffer(cuts - cuts[0]), pa.py_buffer(s.text.buf[cuts[0]:cuts[-1]])))
+            try:
+                around = pl.from_arrow(pa.chunked_array(pieces, pa.large_string()))
+            except Exception:       # noqa: BLE001 (bytes around them that are no text: look at each message)
+                return True
+            assert isinstance(around, pl.Series)
+            self._around = around
+        return bool(self._around.str.contains(pattern).any())
+
+    def matches(self, rx: str) -> bool:
+        return any(self._messages(n).str.contains(rx).any() for n in (SMALL_ROWS, None)
+                   if n is None or n < self._total())
+
+    def _total(self) -> int:
+        return sum(k for _, k in self.parts)
+
+    def _messages(self, n: int | None) -> pl.Series:
+        """The first ``n`` messages (None: all), cut out once."""
+        key = -1 if n is None else n
+        if key not in self._cut:
+            got, left = [], self._total() if n is None else n
+            for s, k in self.parts:
+                take = min(k, left)
+                if take <= 0:
+                    break
+                got.append(s.text.series(s.said_begin[:take], s.said_end[:take]))
+                left -= take
+            self._cut[key] = pl.concat(got) if got else pl.Series(dtype=pl.String)
+        return self._cut[key]
 
 
 def facts_frame(slices: list[_Slice]) -> pl.DataFrame:
@@ -585,15 +645,21 @@ def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list
     pp_first = known > RELEASE_ORDER.index("0.5.10") and ranks.str.contains(sglang_log.PP_FIRST).any()
     msg = rest.get_column("msg")
     has = ~msg.is_null().to_numpy()
-    m_lines = np.concatenate([r_lines[has]] + [s.said_lines for s in slices])
+    told = np.flatnonzero(has)
+    m_lines = np.concatenate([r_lines[told]] + [s.said_lines for s in slices])
     order = np.argsort(m_lines, kind="stable")
     of = np.searchsorted(bounds, m_lines[order], side="right") - 1     # each message's chunk (ascending)
     head = np.arange(len(of)) - np.searchsorted(of, of, side="left") < sglang_log.RELEASE_RECORDS
-    said = pl.concat([msg.filter(pl.Series(has)), *(s.said for s in slices)])
-    looked = said.gather(order[head])
+    looked = np.sort(order[head])
+    # the general parser's messages looked at, and how many of each slice's (its first: in line order)
+    mine = looked < len(told)
+    rest_looked = msg.gather(told[looked[mine]])
     if not head.all():                                  # (else every message is looked at already)
-        looked = pl.concat([looked, sglang_log.rare_messages(rest)])
-    out.release = newest_release(release_of(looked, ctx.release), "0.5.10" if pp_first else None)
+        rest_looked = pl.concat([rest_looked, sglang_log.rare_messages(rest)])
+    firsts = np.cumsum([len(told)] + [len(s.said_lines) for s in slices])
+    counts = np.diff(np.searchsorted(looked, firsts))
+    out.release = newest_release(release_in(rest_looked, _Said(slices, counts), ctx.release),
+                                 "0.5.10" if pp_first else None)
     dated = ts != _NO_TIME
     if not dated.any():
         return

@@ -23,6 +23,11 @@ ACCESS = (
 BARE_ACCESS = r"^(?:\(\w+ pid=\d+\) )?(?:INFO|WARNING|ERROR):\s+\S* - \"[A-Z]+ \S+ HTTP/[\d.]+\" \d{3}"
 ENVIRONMENT = r"^Environment: \S+="
 BATCH = r"^(?P<bkind>Prefill|Decode) batch(?: \[(?P<iter>\d+)\])?[.,] (?P<bbody>.*)$"
+# How the messages start that the compiled scanner reads as bulk lines (``sglang_scan``): a batch line's head,
+# an access line's level.  A release trait anchored at a message's start that starts otherwise never matches
+# one of them (``sglang_log.bulk_prefilter``).
+BATCH_HEADS = ("Prefill batch", "Decode batch")
+ACCESS_LEVELS = ("INFO", "WARNING", "ERROR", "DEBUG", "TRACE", "CRITICAL")
 
 # Message kinds of SGLang-prefixed records: (kind, regex on the message).  First match wins.
 MESSAGE_KINDS: list[tuple[str, str]] = [

@@ -37,7 +37,7 @@ from .scan_layout import (  # noqa: F401
     NPEND,
     REST,
 )
-from .sglang_patterns import BATCH_FLOAT_KEYS, BATCH_INT_KEYS, PENDING_KEYS
+from .sglang_patterns import ACCESS_LEVELS, BATCH_FLOAT_KEYS, BATCH_HEADS, BATCH_INT_KEYS, PENDING_KEYS
 
 # Whether the compiled code is cached on disk (beside this file, or in NUMBA_CACHE_DIR / the user's cache).
 # Where no cache directory is writable, numba refuses ``cache=True``: the functions are then declared
@@ -95,12 +95,11 @@ def _key_lut() -> tuple[np.ndarray, np.ndarray]:
 
 
 KEY_LUT, KEY_NEXT = _key_lut()
-_LEVELS = np.frombuffer(b"INFO|WARNING|ERROR|DEBUG|TRACE|CRITICAL", np.uint8).copy()
+_LEVELS = np.frombuffer("|".join(ACCESS_LEVELS).encode(), np.uint8).copy()
 _BARE_LEVELS = np.frombuffer(b"INFO|WARNING|ERROR", np.uint8).copy()
 _ATTN_CP = np.frombuffer(b"ATTN_CP", np.uint8).copy()
 _MOE_DP = np.frombuffer(b"MOE_DP", np.uint8).copy()
-_PREFILL = np.frombuffer(b"Prefill batch", np.uint8).copy()
-_DECODE = np.frombuffer(b"Decode batch", np.uint8).copy()
+_PREFILL, _DECODE = (np.frombuffer(head.encode(), np.uint8).copy() for head in BATCH_HEADS)
 _TRUE_FALSE = np.frombuffer(b"True|False", np.uint8).copy()
 _HTTP = np.frombuffer(b" HTTP/", np.uint8).copy()
 _POW10 = np.array([10.0 ** k for k in range(23)])      # exact doubles
