@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hangforensics.ingest import batch_parse, parallel
 from hangforensics.ingest.plan import Plan, plan_files
 from hangforensics.ingest.worker import parse_to_ipc
+from hangforensics.parsers.sglang import sglang_log
 from hangforensics.readers.layout import Workspace
 from hangforensics.readers.payload import TIMED_LAYERS
 from hangforensics.store import Store
@@ -172,6 +173,34 @@ def test_each_file_of_a_shared_parse_keeps_its_own_release_and_clock_steps(tmp_p
     assert [o.release for o in outcomes] == ["0.5.23", "0.4.6", "0.5.10"]
     assert [o.notes.backwards for o in outcomes] == [0, 1, 0]
     assert outcomes[1].notes.largest_back == (6.0, 3)
+
+
+def test_a_newer_releases_trait_on_a_files_bulk_lines_is_that_files_alone(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0.5.23 trait on a batch line (or an access line's path) amid a file's bulk lines, among its first
+    RELEASE_RECORDS messages or past them (not looked at), in files read together: each file's release is its
+    own, as read alone (the bulk messages are searched without being cut out: ``sglang_releases``)."""
+    monkeypatch.setattr(sglang_log, "RELEASE_RECORDS", 12)
+
+    def line(k: int, extra: str = "", path: str = "/generate") -> str:
+        if k % 3 == 2:
+            return f'[2026-01-01 00:00:{k:02d}] INFO:     10.0.0.1:5000 - "POST {path} HTTP/1.1" 200 OK'
+        return (f"[2026-01-01 00:00:{k:02d} TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.01, "
+                f"accept rate: 0.5, gen throughput (token/s): 5.00, #queue-req: 0{extra}")
+
+    logs = tmp_path / "engine"
+    logs.mkdir()
+    plain = [line(k) for k in range(30)]
+    early, late, access = list(plain), list(plain), list(plain)
+    early[6] = line(6, ", fwd occupancy: 0.9")
+    late[25] = line(25, ", fwd occupancy: 0.9")                     # past the first 12 messages
+    access[8] = line(8, path="/cur_batch_for_debug")
+    files = [_log(logs / f"{name}.log", lines)
+             for name, lines in (("a", early), ("b", plain), ("c", late), ("d", access))]
+    jobs = _jobs(logs, files)
+    assert _compare(jobs, tmp_path) == 4          # parsed together, each outcome as alone
+    outcomes = [o for _, o in batch_parse.parse_batch_to_ipc(jobs, str(tmp_path / "batch"))]
+    assert [o.release for o in outcomes] == ["0.5.23", "0.5.5", "0.5.5", "0.5.23"]
 
 
 @pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])

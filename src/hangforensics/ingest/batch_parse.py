@@ -322,7 +322,7 @@ def _scan_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
     import polars as pl
 
     from ..parsers.sglang import sglang_fast as fast
-    from ..parsers.sglang.sglang_log import FileContext, files_facts, parse_chunk, rare_records
+    from ..parsers.sglang.sglang_log import FileContext, parse_chunk
 
     sc = fast.scanner()
     # (a one-line file may end without its newline: the next file's first line must not be glued to it)
@@ -363,18 +363,8 @@ def _scan_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
             if rows:
                 p.tables[table] = fast._in_line_order(p.tables.get(table), seen, fast._concat(rows))
 
-    def facts(starts: Any, outs: list[Any]) -> None:
-        # as ``sglang_fast._chunk_facts`` of each file: its records with the bulk lines the general parser
-        # did not see (their messages only where the release traits are looked for), their ranks' texts
-        bulk = fast.facts_frame([s for mine in slices for s in mine])
-        of = np.repeat(np.arange(len(ready), dtype=np.int32), [sum(len(s.fact_lines) for s in mine) for mine in slices])
-        records = pl.concat([starts.select("_file", "line", pl.col("ts_dt").cast(pl.Datetime("us")), "msg"),
-                             bulk.select(pl.Series("_file", of), "line", "ts_dt", "msg")]) \
-            .sort("_file", "line")
-        names = [(k, " " + n if n else "") for k, mine in enumerate(slices) for s in mine for n in s.rank_names]
-        ranks = pl.concat([starts.select("_file", "ranks").drop_nulls(),
-                           pl.DataFrame(names, schema={"_file": pl.Int32, "ranks": pl.String}, orient="row")])
-        files_facts(records, ranks, rare_records(starts).select("_file", "msg"), [r.ctx for r in ready], outs)
+    def facts(starts: Any, outs: list[Any]) -> None:        # chunk_facts of each file's records
+        fast.files_facts(starts, slices, [r.ctx for r in ready], outs)
 
     return _per_file(ready, parsed, counts, cut, own, facts)
 

@@ -37,7 +37,7 @@ from ..datetimes import from_micros, micros_of
 from . import sglang_log
 from .sglang_log import BACKWARDS_S, SMALL_ROWS, FileContext, Parsed, parse_chunk
 from .sglang_patterns import RELEASE_ORDER, newest_release
-from .sglang_releases import release_in
+from .sglang_releases import bulk_release, release_in
 
 # Below this many bytes a read uses the general parser alone where the scanner is not loaded yet: its start-up
 # (numba, its compiled code loaded from the cache: about 0.5-1 s of CPU per process) would cost more than it
@@ -426,29 +426,30 @@ class _Slice:
 
 class _Said:
     """The bulk messages a group's release is looked for in (``sglang_releases.BulkMessages``): each slice's
-    first ``counts[i]`` (``said_*``), cut out of its chunk's bytes only when a search needs them."""
+    first ``counts[i]`` (``said_*``), cut out of its chunk's bytes only when a search needs them.  One of
+    several files read together (``together``, ``index``) has the bytes around them searched with the
+    others'."""
 
     PIECE = 4096            # messages per piece of the bytes around them (a search of one long string is slow)
 
-    def __init__(self, slices: list[_Slice], counts: np.ndarray) -> None:
+    def __init__(self, slices: list[_Slice], counts: np.ndarray, together: _SaidTogether | None = None,
+                 index: int = 0) -> None:
         self.parts = [(s, int(k)) for s, k in zip(slices, counts, strict=True) if k]
-        self._around: pl.Series | None = None
+        self.together = together or _SaidTogether([self])
+        self.index = index
         self._cut: dict[int, pl.Series] = {}
 
     def may_match(self, pattern: str) -> bool:
-        if self._around is None:
-            pieces = []
-            for s, k in self.parts:
-                cuts = np.r_[s.said_starts[:k:self.PIECE], s.said_end[k - 1]]
-                pieces.append(pa.LargeStringArray.from_buffers(
-                    len(cuts) - 1, pa.py_buffer(cuts - cuts[0]), pa.py_buffer(s.text.buf[cuts[0]:cuts[-1]])))
-            try:
-                around = pl.from_arrow(pa.chunked_array(pieces, pa.large_string()))
-            except Exception:       # noqa: BLE001 (bytes around them that are no text: look at each message)
-                return True
-            assert isinstance(around, pl.Series)
-            self._around = around
-        return bool(self._around.str.contains(pattern).any())
+        return bool(self.together.may_match(pattern)[self.index])
+
+    def pieces(self) -> list[pa.LargeStringArray]:
+        """The bytes around the messages, cut at their lines' starts every PIECE messages."""
+        out = []
+        for s, k in self.parts:
+            cuts = np.r_[s.said_starts[:k:self.PIECE], s.said_end[k - 1]]
+            out.append(pa.LargeStringArray.from_buffers(
+                len(cuts) - 1, pa.py_buffer(cuts - cuts[0]), pa.py_buffer(s.text.buf[cuts[0]:cuts[-1]])))
+        return out
 
     def matches(self, rx: str) -> bool:
         return any(self._messages(n).str.contains(rx).any() for n in (SMALL_ROWS, None)
@@ -472,20 +473,104 @@ class _Said:
         return self._cut[key]
 
 
-def facts_frame(slices: list[_Slice]) -> pl.DataFrame:
-    """The records the general parser does not read, of ``slices`` in turn, as one frame (line, ts_dt, msg):
-    as files read together want them (``ingest.batch_parse``)."""
-    lines = np.concatenate([s.fact_lines for s in slices])
-    times = np.concatenate([s.fact_ts for s in slices])
-    msg = pl.repeat(None, len(lines), dtype=pl.String, eager=True)
-    starts = np.cumsum([0] + [len(s.fact_lines) for s in slices[:-1]])
-    at = np.concatenate([start + np.searchsorted(s.fact_lines, s.said_lines)
-                         for start, s in zip(starts, slices, strict=True)])
-    if len(at):
-        msg = msg.scatter(at, pl.concat([s.said for s in slices]))
-    undated = times == _NO_TIME
-    ts = pa.array(np.where(undated, 0, times), mask=undated).cast(pa.timestamp("us"))
-    return pl.DataFrame({"line": lines, "ts_dt": pl.from_arrow(ts), "msg": msg})
+class _SaidTogether:
+    """The searches of the bytes around bulk messages (``_Said.may_match``) of several files (or of one), each
+    pattern one search of all the files' bytes: which files it may match in."""
+
+    def __init__(self, said: list[_Said]) -> None:
+        self.said = said
+        self._around: pl.Series | None = None
+        self._of: np.ndarray | None = None              # each piece's file
+        self._hits: dict[str, np.ndarray] = {}
+
+    def may_match(self, pattern: str) -> np.ndarray:
+        if pattern not in self._hits:
+            if self._around is None:
+                pieces = [p.pieces() for p in self.said]
+                self._of = np.repeat(np.arange(len(pieces)), [sum(len(a) for a in mine) for mine in pieces])
+                try:
+                    around = pl.from_arrow(pa.chunked_array([a for mine in pieces for a in mine], pa.large_string()))
+                except Exception:   # noqa: BLE001 (bytes around them that are no text: look at each message)
+                    around = None
+                self._around = around if isinstance(around, pl.Series) else pl.Series(dtype=pl.String)
+                if around is None:
+                    self._of = None
+            if self._of is None:
+                self._hits[pattern] = np.ones(len(self.said), np.bool_)
+            else:
+                hit = self._around.str.contains(pattern).fill_null(False).to_numpy()
+                self._hits[pattern] = np.bincount(self._of[hit], minlength=len(self.said)) > 0
+        return self._hits[pattern]
+
+
+def files_facts(starts: pl.DataFrame, slices: list[list[_Slice]], ctxs: list[FileContext], outs: list[Parsed]
+                ) -> None:
+    """``sglang_log.files_facts`` of files read together through the scanner (``ingest.batch_parse``), each
+    file one chunk: its records are the general parser's (``starts``: _file, line (the file's own), ts_dt, msg,
+    ranks, kind) and its slices' bulk lines the general parser did not see.  As ``_chunk_facts`` reads a
+    chunk, in numpy over all the files at once; the release file by file, the bulk messages cut out only where
+    a search needs them (``sglang_releases``).  The contexts must be new, as every file's first chunk's."""
+    assert all(c.release is None and c.prev_ts is None for c in ctxs)
+    n = len(ctxs)
+    flat = [s for mine in slices for s in mine]
+    sizes = [sum(len(s.fact_lines) for s in mine) for mine in slices]
+    r_file = starts.get_column("_file").to_numpy().astype(np.int64)
+    file = np.concatenate([r_file, np.repeat(np.arange(n, dtype=np.int64), sizes)])
+    lines = np.concatenate([starts.get_column("line").to_numpy()] + [s.fact_lines for s in flat])
+    ts = np.concatenate([starts.get_column("ts_dt").cast(pl.Datetime("us")).to_physical().fill_null(_NO_TIME)
+                         .to_numpy()] + [s.fact_ts for s in flat])
+    _files_release(starts, r_file, slices, file, lines, outs)
+    dated = ts != _NO_TIME
+    order = np.lexsort((lines[dated], file[dated]))
+    file, lines, ts = file[dated][order], lines[dated][order], ts[dated][order]
+    if not len(ts):
+        return
+    first = np.r_[True, file[1:] != file[:-1]]              # each file's first dated record
+    prev = np.r_[_NO_TIME, ts[:-1]]
+    back = (prev - ts) // 1000                              # milliseconds
+    step = ~first & (back > BACKWARDS_S * 1000)
+    for k in np.unique(file[step]):
+        mine = np.flatnonzero(step & (file == k))
+        top = mine[np.argmax(back[mine])]                   # (the first of equal ones)
+        outs[k].backwards = len(mine)
+        outs[k].largest_back = (int(back[top]) / 1000, int(lines[top]))
+    ends = np.r_[np.flatnonzero(first)[1:], len(ts)]
+    for k, a, b in zip(file[first].tolist(), np.flatnonzero(first).tolist(), ends.tolist(), strict=True):
+        ctxs[k].last_ts, ctxs[k].prev_ts = from_micros(int(ts[a:b].max())), from_micros(int(ts[b - 1]))
+
+
+def _files_release(starts: pl.DataFrame, r_file: np.ndarray, slices: list[list[_Slice]], file: np.ndarray,
+                   lines: np.ndarray, outs: list[Parsed]) -> None:
+    """``files_facts``' release of each file: the traits in its first RELEASE_RECORDS messages (the general
+    parser's and the bulk lines') and in its rare records, the bulk messages searched only for releases newer
+    than the others show; 0.5.10 at least where ranks print PP before TP."""
+    msg = starts.get_column("msg")
+    told = np.flatnonzero(~msg.is_null().to_numpy())
+    m_file = np.concatenate([r_file[told]] + [np.full(len(s.said_lines), k) for k, mine in enumerate(slices)
+                                              for s in mine])
+    m_lines = np.concatenate([starts.get_column("line").to_numpy()[told]]
+                             + [s.said_lines for mine in slices for s in mine])
+    order = np.lexsort((m_lines, m_file))
+    of = m_file[order]
+    looked = np.sort(order[np.arange(len(of)) - np.searchsorted(of, of, side="left") < sglang_log.RELEASE_RECORDS])
+    mine = looked[looked < len(told)]
+    rest = pl.concat([pl.DataFrame({"_file": r_file[told[mine]], "msg": msg.gather(told[mine])}),
+                      sglang_log.rare_records(starts).select(pl.col("_file").cast(pl.Int64), "msg")])
+    found = sglang_log.files_releases(rest, len(outs))
+    firsts = np.cumsum([len(told)] + [len(s.said_lines) for mine in slices for s in mine])
+    counts = np.diff(np.searchsorted(looked, firsts))
+    at = 0
+    names = pl.concat([starts.select("_file", "ranks").drop_nulls().select(pl.col("_file").cast(pl.Int64), "ranks"),
+                       pl.DataFrame([(k, " " + r if r else "") for k, mine in enumerate(slices) for s in mine
+                                     for r in s.rank_names], schema={"_file": pl.Int64, "ranks": pl.String},
+                                    orient="row")])
+    pp = set(names.filter(pl.col("ranks").str.contains(sglang_log.PP_FIRST)).get_column("_file").to_list())
+    together = _SaidTogether([])
+    for k, mine in enumerate(slices):
+        together.said.append(_Said(mine, counts[at:at + len(mine)], together, k))
+        at += len(mine)
+    for k, said in enumerate(together.said):
+        outs[k].release = newest_release(bulk_release(found[k], said), "0.5.10" if k in pp else None)
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:

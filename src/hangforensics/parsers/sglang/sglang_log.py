@@ -606,11 +606,7 @@ def files_facts(records: pl.DataFrame, ranks: pl.DataFrame, rare: pl.DataFrame, 
     said = records.lazy().filter(pl.col("msg").is_not_null()).select("_file", "msg")
     looked = pl.concat([said.filter(pl.int_range(pl.len()).over("_file") < RELEASE_RECORDS),
                         rare.lazy().select("_file", "msg")])
-    traits = _collect(looked.group_by("_file").agg(
-        [pl.col("msg").str.contains(rx).any().alias(r) for r, rx in RELEASE_TRAITS]))
-    release: list[str | None] = [None] * n
-    for row in traits.iter_rows():
-        release[row[0]] = next((r for (r, _), hit in zip(RELEASE_TRAITS, row[1:], strict=True) if hit), None)
+    release = files_releases(looked, n)
     # ranks printed PP before TP exist only from 0.5.10 on (no release known: every file may have them)
     pp = set(ranks.filter(pl.col("ranks").str.contains(PP_FIRST)).get_column("_file").unique().to_list())
     dated = records.lazy().filter(pl.col("ts_dt").is_not_null()).select("_file", "line", "ts_dt")
@@ -627,6 +623,17 @@ def files_facts(records: pl.DataFrame, ranks: pl.DataFrame, rare: pl.DataFrame, 
     for k, count, top, at in steps.iter_rows():
         outs[k].backwards = count
         outs[k].largest_back = (top / 1000, at)
+
+
+def files_releases(looked: pl.DataFrame | pl.LazyFrame, n: int) -> list[str | None]:
+    """The newest release whose traits appear in each of ``n`` files' messages (``looked``: _file, msg), by
+    one query (None: no trait seen)."""
+    traits = _collect(looked.lazy().group_by("_file").agg(
+        [pl.col("msg").str.contains(rx).any().alias(r) for r, rx in RELEASE_TRAITS]))
+    release: list[str | None] = [None] * n
+    for row in traits.iter_rows():
+        release[row[0]] = next((r for (r, _), hit in zip(RELEASE_TRAITS, row[1:], strict=True) if hit), None)
+    return release
 
 
 def _leading_dump(df: pl.DataFrame, starts: pl.DataFrame, first_line: int, rows: RecordRows,

@@ -110,11 +110,15 @@ BULK_PREFILTERS = {release: bulk_prefilter(rx) for release, rx in RELEASE_TRAITS
 
 def release_in(msgs: pl.Series, bulk: BulkMessages, known: str | None = None) -> str | None:
     """``release_of`` over ``msgs`` and the bulk messages together (None: no trait seen; with ``known``,
-    only releases newer than it are looked for): the newest release found in ``msgs``, unless the bulk
-    messages show a newer one."""
+    only releases newer than it are looked for)."""
     from .sglang_log import release_of
 
-    found = release_of(msgs, known)
+    return bulk_release(release_of(msgs, known), bulk, known)
+
+
+def bulk_release(found: str | None, bulk: BulkMessages, known: str | None = None) -> str | None:
+    """The release ``found`` in the other messages looked at (``release_of``), unless the bulk messages show
+    a newer one (and newer than ``known``)."""
     newest = found or (known if known in RELEASE_ORDER else None)
     newer = RELEASE_TRAITS[:RELEASE_ORDER.index(newest) if newest else None]
     searches = [BULK_PREFILTERS[r] for r, _ in newer]
