@@ -635,11 +635,12 @@ BYTES_WITH_LINES = st.lists(
 
 @FAST
 @given(data=BYTES_WITH_LINES, chunk=st.integers(min_value=1, max_value=64), records=st.booleans(),
-       gz=st.booleans(), cut=st.integers(min_value=0, max_value=40))
+       gz=st.booleans(), cut=st.integers(min_value=0, max_value=40), raw_bytes=st.booleans())
 def test_reader_yields_every_line_once(tmp_path_factory: pytest.TempPathFactory, data: bytes, chunk: int,
-                                       records: bool, gz: bool, cut: int) -> None:
-    """Chunked reading (any chunk size, record-aligned or not, plain or gzip, whole or cut) gives the file's
-    lines in order, each once: what a reader that loads the whole file would give."""
+                                       records: bool, gz: bool, cut: int, raw_bytes: bool) -> None:
+    """Chunked reading (any chunk size, record-aligned or not, plain or gzip, whole or cut, as lines or as the
+    bytes a parser splits itself, their lines counted only when asked) gives the file's lines in order, each
+    once: what a reader that loads the whole file would give."""
     import gzip as gzip_mod
     import zlib
 
@@ -658,9 +659,10 @@ def test_reader_yields_every_line_once(tmp_path_factory: pytest.TempPathFactory,
     notes = ReadNotes()
     got = []
     next_line = 1
-    for c in iter_chunks(path, chunk_bytes=chunk, records=records, notes=notes):
+    for c in iter_chunks(path, chunk_bytes=chunk, records=records, notes=notes, column="raw" if raw_bytes else False):
         assert c.first_line == next_line
-        next_line += len(c.lines)
+        next_line += c.count
+        assert c.count == len(c.lines)
         got += c.lines
     body = raw.lstrip(b"\x00").replace(b"\x00", b"")
     want = body.decode("utf-8", errors="replace").split("\n")

@@ -115,11 +115,15 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
         if group is not None and (chunk.raw is not None or not plain):
             if plain:                                           # the scanner splits the bytes itself
                 before, done = group.add(chunk.raw, chunk.first_line)
+                if group.split is not None:                     # (and counts the lines: the reader need not)
+                    chunk.counted(group.split)
             else:                                               # the payload's, behind the envelope
                 got = group.add_cut(chunk.raw, chunk.first_line, cut, reader.timed, reader.unwrapper.years) \
                     if cut is not None and chunk.raw is not None and reader.carried_from() is None else None
                 if got is not None:
                     before, done = got
+                    if group.split is not None:
+                        chunk.counted(group.split)
                     reader.passed(chunk.first_line + chunk.count - 1)
                 else:
                     lines = chunk.column if chunk.raw is None else _lines(chunk.raw)

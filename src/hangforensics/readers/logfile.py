@@ -191,9 +191,18 @@ class Chunk:
 
     @property
     def count(self) -> int:
-        if self._count is not None:
-            return self._count
-        return len(self.column) if self._lines is None and self.column is not None else len(self.lines)
+        if self._count is None:
+            if self._lines is None and self.column is not None:
+                self._count = len(self.column)
+            elif self._lines is None and self.raw is not None:
+                self._count = _line_count(self.raw)
+            else:
+                self._count = len(self.lines)
+        return self._count
+
+    def counted(self, lines: int) -> None:
+        """The parser split ``raw`` into this many lines itself (the reader need not count them)."""
+        self._count = lines
 
 
 @dataclass
@@ -350,7 +359,7 @@ def iter_chunks(path: Path, start_offset: int = 0, start_line: int = 1,
                     offset += len(body)
                     raw = _raw_lines(body, line_no, notes) if column == "raw" else None
                     if raw is not None:
-                        chunk = Chunk(line_no, None, offset, eof, None, raw[0], raw[1])
+                        chunk = Chunk(line_no, None, offset, eof, None, raw)
                     elif column:
                         chunk = Chunk(line_no, None, offset, eof, *_decode_column(body, line_no, notes))
                     else:
@@ -418,7 +427,7 @@ def _decode_column(body: bytes, line_no: int, notes: ReadNotes) -> tuple[Any, by
     if b"\x00" in body:
         notes.nul_bytes += body.count(b"\x00")
         body = body.replace(b"\x00", b"")
-    n = body.count(b"\n") + (0 if body.endswith(b"\n") or not body else 1)
+    n = _line_count(body)
     col = None
     if n and b"\x01" not in body and not body.startswith(b"\xef\xbb\xbf") and _valid_utf8(body):
         if len(body) <= SMALL_BODY and b"\r" not in body:
@@ -439,9 +448,10 @@ def _decode_column(body: bytes, line_no: int, notes: ReadNotes) -> tuple[Any, by
     return col, body
 
 
-def _raw_lines(body: bytes, line_no: int, notes: ReadNotes) -> tuple[bytes, int] | None:
-    """The chunk's bytes (NULs removed) and its line count, when they are valid UTF-8 without a byte-order
-    mark (else None: the caller decodes them); over-long lines noted as ``_decode_lines`` notes them."""
+def _raw_lines(body: bytes, line_no: int, notes: ReadNotes) -> bytes | None:
+    """The chunk's bytes (NULs removed), when they are valid UTF-8 without a byte-order mark (else None: the
+    caller decodes them); over-long lines noted as ``_decode_lines`` notes them.  Their lines are counted
+    when asked (``Chunk.count``): a parser that splits them counts them on the way (``Chunk.counted``)."""
     import numpy as np
 
     if b"\x00" in body:
@@ -452,9 +462,8 @@ def _raw_lines(body: bytes, line_no: int, notes: ReadNotes) -> tuple[bytes, int]
         body = cleaned
     elif body.startswith(b"\xef\xbb\xbf") or not _valid_utf8(body):
         return None
-    n = body.count(b"\n") + (0 if body.endswith(b"\n") or not body else 1)
     if _may_hold_long_line(body):
-        ends = np.r_[np.flatnonzero(np.frombuffer(body, np.uint8) == 10), len(body)][:n]
+        ends = np.r_[np.flatnonzero(np.frombuffer(body, np.uint8) == 10), len(body)][:_line_count(body)]
         starts = np.r_[0, ends[:-1] + 1]
         for i in np.flatnonzero(ends - starts > LONG_LINE_BYTES).tolist():
             text = body[starts[i]:ends[i]].decode()
@@ -463,7 +472,12 @@ def _raw_lines(body: bytes, line_no: int, notes: ReadNotes) -> tuple[bytes, int]
                 notes.long_lines += 1
                 if size > notes.longest[0]:
                     notes.longest = (size, line_no + i)
-    return body, n
+    return body
+
+
+def _line_count(body: bytes) -> int:
+    """The lines of ``body``: a last one without its newline counts."""
+    return body.count(b"\n") + (0 if body.endswith(b"\n") or not body else 1)
 
 
 def _may_hold_long_line(body: bytes) -> bool:

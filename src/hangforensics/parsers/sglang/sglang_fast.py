@@ -152,6 +152,7 @@ class ScanGroup:
     def __init__(self, ctx: FileContext, group_bytes: int | None = None) -> None:
         self.ctx = ctx
         self.group_bytes = GROUP_BYTES if group_bytes is None else group_bytes
+        self.split: int | None = None       # the lines the last chunk given was split into (None: it was not)
         self._start()
 
     def _start(self) -> None:
@@ -176,10 +177,12 @@ class ScanGroup:
         buf = np.frombuffer(raw, np.uint8)
         sc = scanner()
         text = _Text(sc, buf)
+        self.split = None
         try:
             if sc is None:
                 raise _Off
             starts, ends, brackets = sc.bounds(buf)
+            self.split = len(starts)
             if not len(starts):
                 return [], []
             slices, keep, keep_text = self._slices(sc, text, starts, ends, brackets, raw.isascii(), first_line)
@@ -209,9 +212,10 @@ class ScanGroup:
             return None
         buf = np.frombuffer(raw, np.uint8)
         own = _Text(sc, buf)
+        self.split = None
         try:
             starts, ends, brackets = sc.bounds(buf)
-            n = len(starts)
+            n = self.split = len(starts)
             if not n:
                 return None
             fields = None

@@ -653,21 +653,13 @@ def _line(buf, s: int, e: int, row: int, ts, rank, ival, ist, fval, fst, graph, 
 @njit(nogil=True)
 def bounds(buf):
     """The lines of ``buf`` in one pass: their starts and ends (the line ending, LF or CRLF, excluded; a last
-    line without LF included, a CR at its end excluded too) and the offsets of every '[' (for ``scan``)."""
+    line without LF included, a CR at its end excluded too) and the offsets of every '[' (for ``scan``).
+    The arrays are allocated for the most there can be and returned cut to what there is: the pages never
+    written are never mapped in (a first pass to count them cost as much as this one)."""
     n = len(buf)
-    lines = 0
-    opening = 0
-    for p in range(n):
-        c = buf[p]
-        if c == 10:
-            lines += 1
-        elif c == 91:
-            opening += 1
-    if n and buf[n - 1] != 10:
-        lines += 1
-    starts = np.empty(lines, np.int64)
-    ends = np.empty(lines, np.int64)
-    brackets = np.empty(opening, np.int64)
+    starts = np.empty(n + 1, np.int64)
+    ends = np.empty(n + 1, np.int64)
+    brackets = np.empty(n, np.int64)
     k = 0
     b = 0
     start = 0
@@ -681,10 +673,11 @@ def bounds(buf):
         elif c == 91:
             brackets[b] = p
             b += 1
-    if k < lines:
+    if start < n:
         starts[k] = start
-        ends[k] = n - 1 if n > start and buf[n - 1] == 13 else n
-    return starts, ends, brackets
+        ends[k] = n - 1 if buf[n - 1] == 13 else n
+        k += 1
+    return starts[:k], ends[:k], brackets[:b]
 
 
 @njit(nogil=True)
