@@ -693,3 +693,20 @@ def test_the_scanners_line_bounds_split_as_python_does(parts: list[bytes]) -> No
     want = [line[:-1] if line.endswith(b"\r") else line for line in lines]   # (a last line without LF too)
     assert [raw[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)] == want
     assert brackets.tolist() == [i for i, c in enumerate(raw) if c == ord("[")]
+
+
+@pytest.mark.parametrize("raw", [b"\n" * 20000, b"[" * 20000 + b"\nx", b"a\r\n" * 9000 + b"[]", b"[\n" * 12000],
+                         ids=["blank lines", "brackets", "short CRLF lines", "both"])
+def test_the_scanners_line_bounds_of_text_denser_than_its_first_guess(raw: bytes) -> None:
+    """More lines or '[' than ``bounds`` makes room for at first (one per 8 bytes): the same cut as Python's."""
+    import numpy as np
+
+    from hangforensics.parsers.sglang import sglang_scan
+
+    starts, ends, brackets = sglang_scan.bounds(np.frombuffer(raw, np.uint8))
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    want = [line[:-1] if line.endswith(b"\r") else line for line in lines]
+    assert [raw[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)] == want
+    assert brackets.tolist() == [i for i, c in enumerate(raw) if c == ord("[")]
