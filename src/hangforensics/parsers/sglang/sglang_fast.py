@@ -429,22 +429,14 @@ class _Slice:
 
 
 class _Said:
-    """The bulk messages a group's release is looked for in (``sglang_releases.BulkMessages``): each slice's
-    first ``counts[i]`` (``said_*``), cut out of its chunk's bytes only when a search needs them.  One of
-    several files read together (``together``, ``index``) has the bytes around them searched with the
-    others'."""
+    """The bulk messages a group's release is looked for in: each slice's first ``counts[i]`` (``said_*``),
+    cut out of its chunk's bytes only when a search needs them (``_SaidTogether``)."""
 
     PIECE = 4096            # messages per piece of the bytes around them (a search of one long string is slow)
 
-    def __init__(self, slices: list[_Slice], counts: np.ndarray, together: _SaidTogether | None = None,
-                 index: int = 0) -> None:
+    def __init__(self, slices: list[_Slice], counts: np.ndarray) -> None:
         self.parts = [(s, int(k)) for s, k in zip(slices, counts, strict=True) if k]
-        self.together = together or _SaidTogether([self])
-        self.index = index
         self._cut: dict[int, pl.Series] = {}
-
-    def may_match(self, pattern: str) -> bool:
-        return bool(self.together.may_match(pattern)[self.index])
 
     def pieces(self) -> list[pa.LargeStringArray]:
         """The bytes around the messages, cut at their lines' starts every PIECE messages."""
@@ -456,6 +448,7 @@ class _Said:
         return out
 
     def matches(self, rx: str) -> bool:
+        """Whether ``rx`` matches one of the messages: the first SMALL_ROWS looked at first."""
         return any(self._messages(n).str.contains(rx).any() for n in (SMALL_ROWS, None)
                    if n is None or n < self._total())
 
@@ -478,14 +471,18 @@ class _Said:
 
 
 class _SaidTogether:
-    """The searches of the bytes around bulk messages (``_Said.may_match``) of several files (or of one), each
-    pattern one search of all the files' bytes: which files it may match in."""
+    """The bulk messages of several files (or of one: ``_Said`` each), the bytes around them searched for all
+    of them at once, each pattern one search: which files it may match in.  ``file(k)``: the k-th file's,
+    as ``sglang_releases.BulkMessages``."""
 
     def __init__(self, said: list[_Said]) -> None:
         self.said = said
         self._around: pl.Series | None = None
         self._of: np.ndarray | None = None              # each piece's file
         self._hits: dict[str, np.ndarray] = {}
+
+    def file(self, k: int) -> _OneFileSaid:
+        return _OneFileSaid(self, k)
 
     def may_match(self, pattern: str) -> np.ndarray:
         if pattern not in self._hits:
@@ -505,6 +502,20 @@ class _SaidTogether:
                 hit = self._around.str.contains(pattern).fill_null(False).to_numpy()
                 self._hits[pattern] = np.bincount(self._of[hit], minlength=len(self.said)) > 0
         return self._hits[pattern]
+
+
+class _OneFileSaid:
+    """One file's bulk messages of a ``_SaidTogether`` (``sglang_releases.BulkMessages``).  (The files hold no
+    reference back to what searches them: no cycle keeps a group's chunks alive after it is read.)"""
+
+    def __init__(self, together: _SaidTogether, k: int) -> None:
+        self.together, self.k = together, k
+
+    def may_match(self, pattern: str) -> bool:
+        return bool(self.together.may_match(pattern)[self.k])
+
+    def matches(self, rx: str) -> bool:
+        return self.together.said[self.k].matches(rx)
 
 
 def files_facts(starts: pl.DataFrame, slices: list[list[_Slice]], ctxs: list[FileContext], outs: list[Parsed]
@@ -570,11 +581,11 @@ def _files_release(starts: pl.DataFrame, r_file: np.ndarray, slices: list[list[_
                                     orient="row")])
     pp = set(names.filter(pl.col("ranks").str.contains(sglang_log.PP_FIRST)).get_column("_file").to_list())
     together = _SaidTogether([])
-    for k, mine in enumerate(slices):
-        together.said.append(_Said(mine, counts[at:at + len(mine)], together, k))
+    for mine in slices:
+        together.said.append(_Said(mine, counts[at:at + len(mine)]))
         at += len(mine)
-    for k, said in enumerate(together.said):
-        outs[k].release = newest_release(bulk_release(found[k], said), "0.5.10" if k in pp else None)
+    for k in range(len(slices)):
+        outs[k].release = newest_release(bulk_release(found[k], together.file(k)), "0.5.10" if k in pp else None)
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -747,8 +758,8 @@ def _chunk_facts(rest: pl.DataFrame, ctx: FileContext, out: Parsed, slices: list
         rest_looked = pl.concat([rest_looked, sglang_log.rare_messages(rest)])
     firsts = np.cumsum([len(told)] + [len(s.said_lines) for s in slices])
     counts = np.diff(np.searchsorted(looked, firsts))
-    out.release = newest_release(release_in(rest_looked, _Said(slices, counts), ctx.release),
-                                 "0.5.10" if pp_first else None)
+    bulk = _SaidTogether([_Said(slices, counts)]).file(0)
+    out.release = newest_release(release_in(rest_looked, bulk, ctx.release), "0.5.10" if pp_first else None)
     dated = ts != _NO_TIME
     if not dated.any():
         return
