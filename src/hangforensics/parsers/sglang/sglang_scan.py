@@ -655,72 +655,59 @@ def bounds(buf):
     """The lines of ``buf`` in one pass: their starts and ends (the line ending, LF or CRLF, excluded; a last
     line without LF included, a CR at its end excluded too) and the offsets of every '[' (for ``scan``).
     The arrays are allocated for one line and one '[' per 8 bytes and returned cut to what there is (a first
-    pass to count them cost as much as this one); text denser in either is counted first (``_bounds_counted``)."""
+    pass to count them cost as much as this one); text denser in either is counted first."""
     n = len(buf)
     room = n // 8 + 4096
     starts = np.empty(room, np.int64)
     ends = np.empty(room, np.int64)
     brackets = np.empty(room, np.int64)
-    k = 0
-    b = 0
-    start = 0
-    for p in range(n):
-        c = buf[p]
-        if c == 10:
-            if k == room:
-                return _bounds_counted(buf)
-            starts[k] = start
-            ends[k] = p - 1 if p > start and buf[p - 1] == 13 else p
-            k += 1
-            start = p + 1
-        elif c == 91:
-            if b == room:
-                return _bounds_counted(buf)
-            brackets[b] = p
-            b += 1
-    if start < n:
-        if k == room:
-            return _bounds_counted(buf)
-        starts[k] = start
-        ends[k] = n - 1 if buf[n - 1] == 13 else n
-        k += 1
+    k, b = _record_bounds(buf, starts, ends, brackets)
+    if k < 0:
+        lines = 0
+        opening = 0
+        for p in range(n):
+            c = buf[p]
+            if c == 10:
+                lines += 1
+            elif c == 91:
+                opening += 1
+        if n and buf[n - 1] != 10:
+            lines += 1
+        starts = np.empty(lines, np.int64)
+        ends = np.empty(lines, np.int64)
+        brackets = np.empty(opening, np.int64)
+        k, b = _record_bounds(buf, starts, ends, brackets)
     return starts[:k], ends[:k], brackets[:b]
 
 
 @njit(nogil=True)
-def _bounds_counted(buf):
-    """``bounds`` in two passes: the lines and the '[' counted first, for arrays of their size."""
+def _record_bounds(buf, starts, ends, brackets):
+    """``bounds``' lines and '[' recorded into the arrays: how many of each, or (-1, -1) where they do not fit."""
     n = len(buf)
-    lines = 0
-    opening = 0
-    for p in range(n):
-        c = buf[p]
-        if c == 10:
-            lines += 1
-        elif c == 91:
-            opening += 1
-    if n and buf[n - 1] != 10:
-        lines += 1
-    starts = np.empty(lines, np.int64)
-    ends = np.empty(lines, np.int64)
-    brackets = np.empty(opening, np.int64)
     k = 0
     b = 0
     start = 0
     for p in range(n):
         c = buf[p]
         if c == 10:
+            if k == len(starts):
+                return -1, -1
             starts[k] = start
             ends[k] = p - 1 if p > start and buf[p - 1] == 13 else p
             k += 1
             start = p + 1
         elif c == 91:
+            if b == len(brackets):
+                return -1, -1
             brackets[b] = p
             b += 1
-    if k < lines:
+    if start < n:
+        if k == len(starts):
+            return -1, -1
         starts[k] = start
-        ends[k] = n - 1 if n > start and buf[n - 1] == 13 else n
-    return starts, ends, brackets
+        ends[k] = n - 1 if buf[n - 1] == 13 else n
+        k += 1
+    return k, b
 
 
 @njit(nogil=True)
