@@ -371,7 +371,8 @@ class _Slice:
     the general parser reads (``keep``: indices in the chunk; every line that is not bulk, and every bulk
     line next to one or at the slice's ends), the bulk lines it reads too (``seen``: line numbers), and the
     records it does not read, for the chunk's facts (``fact_lines``, ``fact_ts``: their lines and times in
-    microseconds, _NO_TIME for none; ``said_lines``, ``said``: the first ``head`` with a message, and it).
+    microseconds, _NO_TIME for none; ``said_lines``: the first ``head`` with a message, whose bytes are
+    ``text``'s [``said_begin``, ``said_end``), their lines' starts ``said_starts``).
     ``bare``: access lines without a time are bulk too (their rows undated: the caller dates them,
     ``_date_access``), else the general parser's."""
 
@@ -418,14 +419,6 @@ class _Slice:
         self.text = text
         self.said_begin, self.said_end = mstart[fi[said]], ends[a:b][fi[said]]
         self.said_starts = starts[a:b][fi[said]]
-        self._said: pl.Series | None = None
-
-    @property
-    def said(self) -> pl.Series:
-        """The messages of the first ``head`` records with one (``said_lines``)."""
-        if self._said is None:
-            self._said = self.text.series(self.said_begin, self.said_end)
-        return self._said
 
 
 class _Said:
@@ -534,7 +527,7 @@ def files_facts(starts: pl.DataFrame, slices: list[list[_Slice]], ctxs: list[Fil
     lines = np.concatenate([starts.get_column("line").to_numpy()] + [s.fact_lines for s in flat])
     ts = np.concatenate([starts.get_column("ts_dt").cast(pl.Datetime("us")).to_physical().fill_null(_NO_TIME)
                          .to_numpy()] + [s.fact_ts for s in flat])
-    _files_release(starts, r_file, slices, file, lines, outs)
+    _files_release(starts, r_file, slices, outs)
     dated = ts != _NO_TIME
     order = np.lexsort((lines[dated], file[dated]))
     file, lines, ts = file[dated][order], lines[dated][order], ts[dated][order]
@@ -554,8 +547,8 @@ def files_facts(starts: pl.DataFrame, slices: list[list[_Slice]], ctxs: list[Fil
         ctxs[k].last_ts, ctxs[k].prev_ts = from_micros(int(ts[a:b].max())), from_micros(int(ts[b - 1]))
 
 
-def _files_release(starts: pl.DataFrame, r_file: np.ndarray, slices: list[list[_Slice]], file: np.ndarray,
-                   lines: np.ndarray, outs: list[Parsed]) -> None:
+def _files_release(starts: pl.DataFrame, r_file: np.ndarray, slices: list[list[_Slice]], outs: list[Parsed]
+                   ) -> None:
     """``files_facts``' release of each file: the traits in its first RELEASE_RECORDS messages (the general
     parser's and the bulk lines') and in its rare records, the bulk messages searched only for releases newer
     than the others show; 0.5.10 at least where ranks print PP before TP."""
