@@ -274,7 +274,8 @@ def _parse_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
     import numpy as np
     import polars as pl
 
-    from ..parsers.sglang.sglang_log import FileContext, files_facts, parse_chunk, rare_records
+    from ..parsers.sglang import sglang_fast
+    from ..parsers.sglang.sglang_log import FileContext, parse_chunk
 
     ready = [r.with_lines() for r in ready]
     bases = list(accumulate((r.physical for r in ready), initial=0))
@@ -301,9 +302,8 @@ def _parse_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
             p.tables["unparsed"] = _unparsed_frame(r.pay.unparsed_rows(r.job.engine, r.job.rel_path, firsts_un))
             p.lines, p.unparsed = r.pay.physical, p.tables["unparsed"].height
 
-    def facts(starts: Any, outs: list[Any]) -> None:        # chunk_facts of each file's records
-        files_facts(starts.select("_file", "line", "ts_dt", "msg"), starts.select("_file", "ranks").drop_nulls(),
-                    rare_records(starts).select("_file", "msg"), [r.ctx for r in ready], outs)
+    def facts(starts: Any, outs: list[Any]) -> None:        # chunk_facts of each file's records (all here)
+        sglang_fast.files_facts(starts, [[] for _ in ready], [r.ctx for r in ready], outs)
 
     return _per_file(ready, parsed, bases, cut, own, facts)
 

@@ -513,11 +513,13 @@ class _OneFileSaid:
 
 def files_facts(starts: pl.DataFrame, slices: list[list[_Slice]], ctxs: list[FileContext], outs: list[Parsed]
                 ) -> None:
-    """``sglang_log.files_facts`` of files read together through the scanner (``ingest.batch_parse``), each
-    file one chunk: its records are the general parser's (``starts``: _file, line (the file's own), ts_dt, msg,
-    ranks, kind) and its slices' bulk lines the general parser did not see.  As ``_chunk_facts`` reads a
-    chunk, in numpy over all the files at once; the release file by file, the bulk messages cut out only where
-    a search needs them (``sglang_releases``).  The contexts must be new, as every file's first chunk's."""
+    """``sglang_log.chunk_facts`` of files read together (``ingest.batch_parse``), each file one chunk, by a
+    fixed number of queries for all of them: its records are the general parser's (``starts``: _file, line (the
+    file's own), ts_dt, msg, ranks, kind) and, read through the scanner, its slices' bulk lines the general
+    parser did not see (``slices``: each file's; none where the general parser read every line).  As
+    ``_chunk_facts`` reads a chunk, in numpy over all the files at once; the release file by file, the bulk
+    messages cut out only where a search needs them (``sglang_releases``).  The contexts must be new, as
+    every file's first chunk's."""
     assert all(c.release is None and c.prev_ts is None for c in ctxs)
     n = len(ctxs)
     flat = [s for mine in slices for s in mine]

@@ -592,39 +592,6 @@ def chunk_facts(starts: pl.DataFrame, ctx: FileContext, out: Parsed) -> None:
         _count_backwards(dated.drop_nulls() if ts.null_count() else dated, ctx, out)
 
 
-def files_facts(records: pl.DataFrame, ranks: pl.DataFrame, rare: pl.DataFrame, ctxs: list[FileContext],
-                outs: list[Parsed]) -> None:
-    """``chunk_facts`` of several files' first (and only) chunks at once, each file's into its ``ctxs`` and
-    ``outs``, by a fixed number of queries for all of them (``ingest.batch_parse``: one call per file cost a
-    small log some 3 ms).  ``records``: _file, line, ts_dt, msg of every record in file order (a message only
-    where the release traits are looked for); ``ranks``: _file, ranks (the records' ranks texts); ``rare``:
-    _file, msg (the messages of the records that are no batch or access line).  The contexts must be new
-    (no release known, no time before): as every file's first chunk."""
-    assert all(c.release is None and c.prev_ts is None for c in ctxs)
-    n = len(ctxs)
-    # the release: the traits in each file's first RELEASE_RECORDS messages and in its rare ones
-    said = records.lazy().filter(pl.col("msg").is_not_null()).select("_file", "msg")
-    looked = pl.concat([said.filter(pl.int_range(pl.len()).over("_file") < RELEASE_RECORDS),
-                        rare.lazy().select("_file", "msg")])
-    release = files_releases(looked, n)
-    # ranks printed PP before TP exist only from 0.5.10 on (no release known: every file may have them)
-    pp = set(ranks.filter(pl.col("ranks").str.contains(PP_FIRST)).get_column("_file").unique().to_list())
-    dated = records.lazy().filter(pl.col("ts_dt").is_not_null()).select("_file", "line", "ts_dt")
-    last = _collect(dated.group_by("_file").agg(pl.col("ts_dt").max().alias("max"), pl.col("ts_dt").last()))
-    steps = _collect(dated.with_columns((pl.col("ts_dt").shift(1).over("_file") - pl.col("ts_dt"))
-                                        .dt.total_milliseconds().alias("back_ms"))
-                     .filter(pl.col("back_ms") > BACKWARDS_S * 1000).group_by("_file").agg(
-        pl.len().alias("n"), pl.col("back_ms").max().alias("top"),
-        pl.col("line").filter(pl.col("back_ms") == pl.col("back_ms").max()).first().alias("at")))
-    for k in range(n):
-        outs[k].release = newest_release(release[k], "0.5.10" if k in pp else None)
-    for k, top, latest in last.iter_rows():
-        ctxs[k].last_ts, ctxs[k].prev_ts = top, latest
-    for k, count, top, at in steps.iter_rows():
-        outs[k].backwards = count
-        outs[k].largest_back = (top / 1000, at)
-
-
 def files_releases(looked: pl.DataFrame | pl.LazyFrame, n: int) -> list[str | None]:
     """The newest release whose traits appear in each of ``n`` files' messages (``looked``: _file, msg), by
     one query (None: no trait seen)."""

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import polars as pl
 
+from .sglang_log import release_of
 from .sglang_patterns import ACCESS_LEVELS, BATCH_HEADS, RELEASE_ORDER, RELEASE_TRAITS
 
 # How a bulk message starts: a batch line's head, an access line's level.
@@ -111,8 +112,6 @@ BULK_PREFILTERS = {release: bulk_prefilter(rx) for release, rx in RELEASE_TRAITS
 def release_in(msgs: pl.Series, bulk: BulkMessages, known: str | None = None) -> str | None:
     """``release_of`` over ``msgs`` and the bulk messages together (None: no trait seen; with ``known``,
     only releases newer than it are looked for)."""
-    from .sglang_log import release_of
-
     return bulk_release(release_of(msgs, known), bulk, known)
 
 
