@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..readers.kinds import ContentProbe, probe_content
 from ..readers.payload import STATEFUL_PASTE, TIMED_LAYERS, PayloadReader
 from ..store import Store
 from ..terminal_progress import ProgressBar
@@ -33,7 +34,7 @@ from .batch_parse import (
 from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, with_result
 from .load import LoadGroup, load_file
 from .plan import Plan
-from .worker import parse_to_ipc
+from .worker import parse_to_ipc, probe_paths
 
 # Input that costs this much to parse (``parse_cost``: bytes and a fixed cost per file) goes to a pool of parser
 # processes; less is parsed in this process (a pool's fork server costs some 0.6 s of CPU to start).
@@ -157,20 +158,45 @@ def parse_in_pool(store: Store, work: list[Plan], jobs: int, prog: ProgressBar, 
                 counter.tasks += len(whole.todo) + len(ranges.todo)
             # whole small files as they finish (several to a transaction); the ranges of a split log in order
             group = LoadGroup(store)
+            cores = _CoresWhenParsed(store, pool, jobs)
             try:
                 for p, (manifest, outcome) in whole:
                     if group.takes(p) and not outcome.status.startswith("error:"):
-                        yield p, group.load(p, _read_ipc(manifest, outcome))
+                        yield p, group.load(p, cores.watching(_read_ipc(manifest, outcome)))
                         continue
                     group.commit()
-                    yield p, load_file(store, p, _read_ipc(manifest, outcome))
+                    yield p, load_file(store, p, cores.watching(_read_ipc(manifest, outcome)))
                 group.commit()
             finally:
                 group.rollback()
             for p, count in split:
-                yield p, load_file(store, p, join_ranges(_read_ipc(*f.result()) for f in ranges.take(count)))
+                yield p, load_file(store, p, cores.watching(
+                    join_ranges(_read_ipc(*f.result()) for f in ranges.take(count))))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _CoresWhenParsed:
+    """The loader appends on one DuckDB thread while the workers parse (``pipeline._loader_settings``); once
+    they are done, what is left to load (the batches spilled ahead of it: the ingest's serial end) is
+    appended on ``cores`` threads."""
+
+    def __init__(self, store: Store, pool: _Pool, cores: int) -> None:
+        self.store, self.pool, self.cores = store, pool, cores
+        self.widened = cores < 2
+
+    def watching(self, batches: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+        """``batches`` (a generator returning its outcome), the threads widened before the first one the
+        workers are done by."""
+        while True:
+            try:
+                item = next(batches)
+            except StopIteration as stop:
+                return stop.value
+            if not self.widened and self.pool.finished():
+                self.store.con.execute(f"SET threads = {int(self.cores)}")
+                self.widened = True
+            yield item
 
 
 # A compressed file's bytes cost its parser several times a plain file's (some five times as many to read).
@@ -338,19 +364,49 @@ class EarlyParse:
         """``p``: a probed file as it would be read.  Only where a pool's fork server runs already (a fleet
         scan starts it at once, or at its first changed file): an ingest that would parse in this process stays
         so."""
-        if self.jobs < 2 or len(self._futures) >= self.limit or p.st.st_size < EARLY_MIN_BYTES \
-                or splittable(p) or not fork_server.running():
+        if len(self._futures) >= self.limit or p.st.st_size < EARLY_MIN_BYTES or splittable(p) \
+                or not self._start_pool():
             return
+        job = p.job()
+        assert self._submitter is not None and self._tmp is not None
+        self._futures[str(job.abs_path)] = (job, self._submitter.submit(
+            self.pool.submit, parse_to_ipc, job, str(self._tmp / f"e{self.offered}")))
+        self.offered += 1
+
+    def _start_pool(self) -> bool:
+        """Make the pool, where a pool's fork server runs already; whether there is one."""
         if self.pool is None:
+            if self.jobs < 2 or not fork_server.running():
+                return False
             self._tmp = Path(tempfile.mkdtemp(prefix="hangforensics-early-"))
             self.pool = self._stack.enter_context(worker_pool(self.jobs, scanner=True))
             # (exits before the pool: its submissions end before the pool shuts down)
             self._submitter = self._stack.enter_context(ThreadPoolExecutor(1, "hangforensics-early"))
-        job = p.job()
+        return True
+
+    def probes(self, paths: list[Path]) -> Iterator[ContentProbe]:
+        """``plan.probe_content`` of each of ``paths``, in order, read here and by the pool's workers at once.
+        Planning probes every new file (some 1 ms each: 0.55 s of the writer's time for a fleet's 556 files,
+        before its first load) while the workers, forked soon after, had nothing to parse yet.  The paths
+        go in chunks: this process probes them from the first, the workers from the last (submitted
+        last-first), and a chunk it reaches that no worker has begun it takes back and probes itself."""
+        if not self._start_pool():
+            yield from map(probe_content, paths)
+            return
+        chunks = [paths[i:i + PROBE_CHUNK] for i in range(0, len(paths), PROBE_CHUNK)]
+        shared = _SharedChunks(len(chunks))
         assert self._submitter is not None
-        self._futures[str(job.abs_path)] = (job, self._submitter.submit(
-            self.pool.submit, parse_to_ipc, job, str(self._tmp / f"e{self.offered}")))
-        self.offered += 1
+        self._submitter.submit(shared.hand_out, self.pool, chunks, self.jobs)
+        for i, chunk in enumerate(chunks):
+            fut = shared.take(i)
+            if fut is None or fut.cancel():
+                yield from map(probe_content, chunk)
+                continue
+            try:
+                got = fut.result()
+            except Exception:       # noqa: BLE001 (a worker lost: the chunk is probed here, as it would be alone)
+                got = list(map(probe_content, chunk))
+            yield from got
 
     def pending(self) -> bool:
         """Files parsed (or parsing) that no plan has taken yet."""
@@ -368,6 +424,39 @@ class EarlyParse:
             return None
         del self._futures[str(job.abs_path)]
         return got[1].result()
+
+
+# Files a task of probing reads the heads of (some 1 ms each)
+PROBE_CHUNK = 16
+
+
+class _SharedChunks:
+    """The chunks of paths ``EarlyParse.probes`` shares between this process and the pool's workers: the
+    submitter thread hands them to the pool from the last, this process takes them from the first."""
+
+    def __init__(self, n: int) -> None:
+        self.futures: list[Any] = [None] * n
+        self.taken = 0                  # chunks before this one are this process's, or handed out
+        self.lock = threading.Lock()
+
+    def hand_out(self, pool: Any, chunks: list[list[Path]], jobs: int) -> None:
+        """(On the submitter thread.)  The workers are started first (a submission waits for the fork server
+        until they are), then the chunks this process has not reached are submitted, the last first."""
+        with contextlib.suppress(Exception):     # a pool that cannot take them: this process probes them all
+            for _ in range(jobs):
+                pool.submit(int)
+            with self.lock:
+                for i in range(len(chunks) - 1, self.taken - 1, -1):
+                    self.futures[i] = pool.submit(probe_paths, chunks[i])
+                self.taken = len(chunks)
+
+    def take(self, i: int) -> Any:
+        """Chunk ``i`` for this process: None when it is its own to probe, else the future of the pool's."""
+        with self.lock:
+            if i >= self.taken:         # not handed out (nor will it be)
+                self.taken = i + 1
+                return None
+            return self.futures[i]
 
 
 # A split log's ranges: small enough that loading the first overlaps parsing the next ones, large enough
@@ -476,6 +565,10 @@ class _Pool(ProcessPoolExecutor):
         if self._let_go is None:
             self._let_go = (list((self._processes or {}).values()), self._executor_manager_thread)
             self.shutdown(wait=False)
+
+    def finished(self) -> bool:
+        """Every task handed out (``no_more_tasks``) and done: the workers have exited."""
+        return self._let_go is not None and not any(proc.is_alive() for proc in self._let_go[0])
 
     def workers(self) -> tuple[list[Any], Any]:
         """The worker processes and the thread that manages them (after ``no_more_tasks`` too)."""

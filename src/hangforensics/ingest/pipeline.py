@@ -65,8 +65,9 @@ class LocalExecutor:
         # (what parsing costs: the bytes, and a fixed cost per file: 180 small engines of 42 MB in all took 3.8 s
         # here, 2.4 s in a pool)
         big = sum(parse_cost(p) for p in work if p.action != "rename") > PARALLEL_MIN_BYTES
-        early = self.early if self.early is not None and self.early.pending() else None
-        if self.jobs > 1 and (early is not None or (big and (len(work) > 1 or splittable(work[0])))):
+        # (a pool made while planning serves the parse: it parses what it began, or probed files' heads)
+        early = self.early if self.early is not None and self.early.pool is not None else None
+        if self.jobs > 1 and ((early is not None and early.pending()) or (big and (len(work) > 1 or splittable(work[0])))):
             with _loader_settings(store):
                 yield from parse_in_pool(store, work, self.jobs, prog, counter=self, early=early)
         else:
@@ -252,7 +253,7 @@ def _ingest_planned(store: Store, files: list[EvidenceFile], res: IngestResult, 
                     on_work: Callable[[], None] | None, early: EarlyParse | None) -> IngestResult:
     """``ingest_files`` once its executor is chosen."""
     plans = plan_files(store, files, vanish_engines or [], hold_live_tail, on_work,
-                       None if early is None else early.offer)
+                       None if early is None else early.offer, None if early is None else early.probes)
     res.files_vanished = sum(1 for p in plans if p.action == "vanished")
     work = [p for p in plans if p.action in ("read", "resume", "rename")]
     res.bytes = sum(p.st.st_size for p in plans if p.action != "vanished")

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
 from ..readers.envelopes import EnvelopeStack
-from ..readers.kinds import sniff_kind
+from ..readers.kinds import ContentProbe, probe_content
 from ..readers.layout import EvidenceFile
-from ..readers.logfile import HEAD_BYTES, head_hash, is_gzip
+from ..readers.logfile import HEAD_BYTES, head_hash
 from ..store import Store
 from .bundles import is_snapshot_file
 from .jobs import FileJob
@@ -60,22 +60,45 @@ NO_IDENTITY = ("unknown", "capture_error", "binary", "flight_recorder")
 
 
 # -- planning --------------------------------------------------------------------------------------
+# Files whose content planning must look at (new, changed or grown): from this many on, with a pool's fork
+# server running, their heads are read by the parser workers as well as here (``parallel.EarlyParse.probes``).
+PARALLEL_PROBE_MIN = 64
+
+Probes = Callable[[list[Path]], Iterator[ContentProbe]]
+
+
 def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str],
                hold_live_tail: bool = True, on_work: Callable[[], None] | None = None,
-               on_probe: Callable[[Plan], None] | None = None) -> list[Plan]:
+               on_probe: Callable[[Plan], None] | None = None, probes: Probes | None = None) -> list[Plan]:
     """Decide per file: skip (unchanged), read, resume (grew), rename (known content under a new name,
     e.g. rotation or compression), duplicate (the same content is read elsewhere) or unreadable; and
     which manifest rows of ``vanish_engines`` vanished.  ``on_work`` is called once, at the first file
     that is new, changed or grew (before the rest is planned); ``on_probe`` with each file whose content
-    is looked at, as the plan to read it would be (it is decided after all are probed)."""
+    is looked at, as the plan to read it would be (it is decided after all are probed).
+
+    A file's stat decides an unchanged one; the others' content is probed (kind, envelope, head hash), in
+    file order, by ``probes`` when there are PARALLEL_PROBE_MIN of them or more (``on_work`` is then called
+    before: it starts the processes that help), else here one by one."""
     planner = _Planner(store, files, hold_live_tail)
+    stated = [planner.by_stat(f) for f in files]
+    unknown = [f.abs_path for f, st in zip(files, stated, strict=True) if not isinstance(st, Plan)]
+    if probes is not None and len(unknown) >= PARALLEL_PROBE_MIN:
+        if on_work is not None:
+            on_work()
+            on_work = None
+        probed = probes(unknown)
+    else:
+        probed = map(probe_content, unknown)
     pending = []
-    for f in files:
-        probe = planner.plan_known(f)
+    for f, st in zip(files, stated, strict=True):
+        if isinstance(st, Plan):
+            planner.plans.append(st)
+            continue
+        probe = planner.plan_probed(f, st, next(probed))
         if probe is not None:
             pending.append(probe)
         if on_work is not None and (probe is not None or planner.plans[-1].action in ("read", "resume")):
-            on_work()                           # (no probe: plan_known planned the file)
+            on_work()                           # (no probe: plan_probed planned the file)
             on_work = None
         if on_probe is not None and probe is not None and probe.kind != "unreadable":
             read = probe.plan("read", None)
@@ -119,8 +142,9 @@ class _Planner:
         self.claimed: set[str] = set()          # abs_paths of manifest rows a current file continues
         self.plans: list[Plan] = []
 
-    def plan_known(self, f: EvidenceFile) -> _Probe | None:
-        """Plan a file the manifest knows under its path; else return its probe for the later passes."""
+    def by_stat(self, f: EvidenceFile) -> Plan | os.stat_result:
+        """The plan of a file its stat decides (unchanged since the manifest row of its path), else its stat:
+        its content must be probed (``plan_probed``)."""
         try:
             st = f.abs_path.stat()
         except OSError as e:
@@ -129,17 +153,21 @@ class _Planner:
         dup = self.duplicates.get(str(f.abs_path)) if prev is None else None
         if dup is not None and _unchanged(dup, st) and self._original_here(dup):
             # a copy, unchanged, of a file still here: a copy still (read, its rows would count twice)
-            self.plans.append(Plan(f, "skip", dup["kind"], st, dup["head_hash"], bool(dup["compressed"]), dup))
-            return None
+            return Plan(f, "skip", dup["kind"], st, dup["head_hash"], bool(dup["compressed"]), dup)
         if prev is not None and prev["status"] in ("ok", "vanished") and _unchanged(prev, st) \
                 and not _tail_due(prev, st, self.hold_live_tail):
             # same size and mtime as when it was read: a stat is all an unchanged file costs
             self.claimed.add(prev["abs_path"])
             if prev["status"] == "vanished":       # back again: the manifest says so, nothing to read
                 self.store.con.execute("UPDATE sources SET status = 'ok' WHERE source_id = ?", [prev["source_id"]])
-            self.plans.append(Plan(f, "skip", prev["kind"], st, prev["head_hash"], bool(prev["compressed"]), prev))
-            return None
-        probe = _probe(f, st)
+            return Plan(f, "skip", prev["kind"], st, prev["head_hash"], bool(prev["compressed"]), prev)
+        return st
+
+    def plan_probed(self, f: EvidenceFile, st: os.stat_result, content: ContentProbe) -> _Probe | None:
+        """Plan a file the manifest knows under its path, from its probed content; else return its probe for
+        the later passes."""
+        probe = _Probe(f, st, content[0], content[2], content[3], content[1])
+        prev = self.rows.get(str(f.abs_path))
         if prev is None or prev["kind"] != probe.kind or not _same_start(prev, probe):
             return probe
         self.claimed.add(prev["abs_path"])
@@ -216,16 +244,6 @@ class _Planner:
 def _snapshot(pr: _Probe) -> bool:
     # a capture round identical to the previous one is the stuck-rank evidence, not a copy of it
     return is_snapshot_file(pr.file.abs_path, pr.file.rel_path)
-
-
-def _probe(f: EvidenceFile, st: os.stat_result) -> _Probe:
-    kind, stack = sniff_kind(f.abs_path)
-    try:
-        hhash = head_hash(f.abs_path) if kind != "unreadable" else ""
-        compressed = kind != "unreadable" and is_gzip(f.abs_path)
-    except (InputError, OSError, EOFError):
-        kind, hhash, compressed = "unreadable", "", False
-    return _Probe(f, st, kind, hhash, compressed, stack)
 
 
 def _unchanged(prev: dict, st: os.stat_result) -> bool:

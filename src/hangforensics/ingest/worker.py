@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..readers.kinds import ContentProbe, probe_content
 from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, batch_to_arrow, with_result
 from .parse import parse_file
 
@@ -42,6 +44,11 @@ def parse_to_ipc(job: FileJob, prefix: str) -> tuple[list[tuple[str, Any]], File
     except InputError as e:
         return [], FileOutcome(status=f"error: {e}")
     return manifest, result[0] or FileOutcome()
+
+
+def probe_paths(paths: list[Path]) -> list[ContentProbe]:
+    """Worker: the content probes of a chunk of files planning looks at (``parallel.EarlyParse.probes``)."""
+    return [probe_content(p) for p in paths]
 
 
 def to_manifest(batches: Iterable[tuple[str, Any]], prefix: str) -> list[tuple[str, Any]]:

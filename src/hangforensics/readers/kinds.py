@@ -22,7 +22,7 @@ from ..parsers.sglang.sglang_patterns import BARE_TRACEBACK, LEAK_TEXT
 from ..parsers.stacks import faulthandler, gdb, hand_summary, native_trace, pyspy
 from ..parsers.torch_jobs.train_steps import STEP_LINE
 from .envelopes import EnvelopeStack, Unwrapper
-from .logfile import head_text, open_binary
+from .logfile import head_hash, head_text, is_gzip, open_binary
 from .payload import head_lines, sniff
 
 LOG_SNIFF = re.compile(
@@ -99,6 +99,21 @@ def sniff_kind(path: Path) -> tuple[str, EnvelopeStack | None]:
         # what a reporter wrote by hand (rank labels and prose are the evidence: read before the envelope)
         kind = hand_summary.kind_of(head_lines(head.replace("\x00", ""))) or kind
     return kind, stack
+
+
+ContentProbe = tuple[str, "EnvelopeStack | None", str, bool]     # kind, envelope, head hash, gzip
+
+
+def probe_content(path: Path) -> ContentProbe:
+    """What planning reads of a file's content: its kind and envelope (``sniff_kind``), the hash of its
+    head (its identity across renames) and whether it is gzip; a file that cannot be read is ``unreadable``."""
+    kind, stack = sniff_kind(path)
+    try:
+        hhash = head_hash(path) if kind != "unreadable" else ""
+        compressed = kind != "unreadable" and is_gzip(path)
+    except (InputError, OSError, EOFError):
+        kind, hhash, compressed = "unreadable", "", False
+    return kind, stack, hhash, compressed
 
 
 def _unwrapped_table(raw: list[str], stack: EnvelopeStack) -> tuple[str, EnvelopeStack] | None:
