@@ -385,7 +385,7 @@ class EarlyParse:
         return True
 
     def probes(self, paths: list[Path]) -> Iterator[ContentProbe]:
-        """``plan.probe_content`` of each of ``paths``, in order, read here and by the pool's workers at once.
+        """``readers.kinds.probe_content`` of each of ``paths``, in order, read here and by the pool's workers.
         Planning probes every new file (some 1 ms each: 0.55 s of the writer's time for a fleet's 556 files,
         before its first load) while the workers, forked soon after, had nothing to parse yet.  The paths
         go in chunks: this process probes them from the first, the workers from the last (submitted
