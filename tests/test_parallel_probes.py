@@ -180,3 +180,41 @@ def test_the_loader_appends_on_every_core_once_the_workers_are_done():
             pool.done = k == 1                      # the workers are done after the second batch
         assert threads == [1, 1, 2, 2]
         assert result[0].lines == 7                 # the batches' outcome passes through
+
+
+def test_probes_survive_a_worker_killed(tmp_path: Path, early_pool):
+    """A worker killed (an OOM killer's choice): the chunks it had, and those no pool can take any more, are
+    probed here; the probes are the same."""
+    import os
+    import signal
+
+    _evidence(tmp_path, 60)
+    paths = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    procs, _ = early_pool.pool.workers()
+    os.kill(procs[0].pid, signal.SIGKILL)
+    procs[0].join(10)
+    assert list(early_pool.probes(paths)) == [probe_content(p) for p in paths]
+
+
+def test_a_chunk_the_pool_lost_is_probed_here(tmp_path: Path, monkeypatch):
+    """The pool took chunks and lost them (a worker died with them): their futures fail, and the chunks are
+    probed here instead."""
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    _evidence(tmp_path, 30)
+    paths = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+
+    class LosingPool:
+        def submit(self, fn, *args):
+            fut: Future = Future()
+            fut.set_running_or_notify_cancel()          # (begun: this process cannot take it back)
+            fut.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+            return fut
+
+    calls = _counting(monkeypatch)
+    monkeypatch.setattr(fork_server, "running", lambda: True)
+    monkeypatch.setattr(parallel, "worker_pool", lambda jobs, scanner=False: contextlib.nullcontext(LosingPool()))
+    with parallel.EarlyParse(jobs=2, limit=8) as early:
+        assert list(early.probes(paths)) == [probe_content(p) for p in paths]
+    assert len(calls) == len(paths)
