@@ -218,3 +218,12 @@ def test_a_chunk_the_pool_lost_is_probed_here(tmp_path: Path, monkeypatch):
     with parallel.EarlyParse(jobs=2, limit=8) as early:
         assert list(early.probes(paths)) == [probe_content(p) for p in paths]
     assert len(calls) == len(paths)
+
+
+def test_the_workers_probe_every_corpus_file_as_this_process(early_pool):
+    """The test corpora (real pastes, py-spy / gdb / faulthandler captures of hung torch jobs, Flight Recorder
+    dumps, collectors' envelopes, archives, binary files): every probe the same through the pool."""
+    paths = sorted(p for p in DATA.rglob("*") if p.is_file())
+    here = [probe_content(p) for p in paths]
+    assert len({probe.kind for probe in here}) >= 10
+    assert list(early_pool.probes(paths)) == here

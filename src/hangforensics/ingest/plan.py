@@ -166,7 +166,7 @@ class _Planner:
     def plan_probed(self, f: EvidenceFile, st: os.stat_result, content: ContentProbe) -> _Probe | None:
         """Plan a file the manifest knows under its path, from its probed content; else return its probe for
         the later passes."""
-        probe = _Probe(f, st, content[0], content[2], content[3], content[1])
+        probe = _Probe(f, st, *content)
         prev = self.rows.get(str(f.abs_path))
         if prev is None or prev["kind"] != probe.kind or not _same_start(prev, probe):
             return probe

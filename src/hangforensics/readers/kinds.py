@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from itertools import islice
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import InputError
 from ..parsers.capture.capture_errors import looks_like_capture_error
@@ -101,19 +102,25 @@ def sniff_kind(path: Path) -> tuple[str, EnvelopeStack | None]:
     return kind, stack
 
 
-ContentProbe = tuple[str, "EnvelopeStack | None", str, bool]     # kind, envelope, head hash, gzip
+class ContentProbe(NamedTuple):
+    """What planning reads of a file's content (``probe_content``)."""
+
+    kind: str
+    hhash: str                          # the hash of its head: its identity across renames ('' unreadable)
+    compressed: bool                    # gzip
+    envelope: EnvelopeStack | None
 
 
 def probe_content(path: Path) -> ContentProbe:
-    """What planning reads of a file's content: its kind and envelope (``sniff_kind``), the hash of its
-    head (its identity across renames) and whether it is gzip; a file that cannot be read is ``unreadable``."""
+    """A file's kind and envelope (``sniff_kind``), the hash of its head and whether it is gzip; a file that
+    cannot be read is ``unreadable``."""
     kind, stack = sniff_kind(path)
     try:
         hhash = head_hash(path) if kind != "unreadable" else ""
         compressed = kind != "unreadable" and is_gzip(path)
     except (InputError, OSError, EOFError):
         kind, hhash, compressed = "unreadable", "", False
-    return kind, stack, hhash, compressed
+    return ContentProbe(kind, hhash, compressed, stack)
 
 
 def _unwrapped_table(raw: list[str], stack: EnvelopeStack) -> tuple[str, EnvelopeStack] | None:
