@@ -388,7 +388,7 @@ def render_incidents(store: Store, incidents: list[dict[str, Any]],
 
 def _render_batch(store: Store, incidents: list[dict[str, Any]],
                   show_payloads: bool) -> Iterator[tuple[dict[str, Any], str]]:
-    from ..analysis.progress.segments import segment_of, segments_all
+    from ..analysis.progress.segments import runs_all, segment_of
 
     engines = list(dict.fromkeys(i["engine"] for i in incidents))
     if not engines:
@@ -397,7 +397,7 @@ def _render_batch(store: Store, incidents: list[dict[str, Any]],
     for f in store.query("SELECT * EXCLUDE (finding_id) FROM findings WHERE list_contains(?, engine) "
                          "ORDER BY engine, finding_id", [engines]):
         fs[f["engine"]].append(f)
-    segs = segments_all(store, engines)
+    segs = runs_all(store, engines)
     jobs = [(i["engine"], i["segment"],
              [f for f in fs[i["engine"]] if segment_of(segs[i["engine"]], f["ts"]) == i["segment"] or f["ts"] is None])
             for i in incidents]

@@ -33,6 +33,11 @@ VIEW_NOTES = {
     "unparsed": "Every line no parser recognised, verbatim.",
     "findings": "What the rules found (interface.md §3).",
     "rank_stops": "Derived by analyze: per-rank evidence of when each rank stopped.",
+    "runs": "Derived by analyze: the runs of each engine's server, what every stall, freeze and episode is judged "
+            "within (a restart never joins two runs' evidence). A start line begins one; so does a restart whose "
+            "start line is not in the evidence (a paste cut after it, a log rotated away) where the evidence "
+            "shows one: the batch lines' rank labels change form, or server logs resume in other files long "
+            "after the earlier ones ended.",
     "stalls": "Derived by analyze: one row per run of the server that stalled.",
     "freezes": "Derived by analyze: how tightly the ranks of a stalled run froze.",
     "rank_classes": "Derived by analyze: STAT-style prefix tree of each capture's main-thread stacks.",
@@ -128,7 +133,8 @@ VIEW_COLUMNS: dict[str, dict[str, str]] = {
     },
     "progress_marks": {
         "engine": "the engine", "ts": "when",
-        "mark": "progress (a progress line) or start (a server_args line, a vLLM version or engine config line)",
+        "mark": "progress (a progress line) or start (a server_args line, a vLLM version or engine config line, "
+                "or a restart the evidence shows without one: runs.started_by)",
     },
     "vllm_series": {
         "series": "'DP1' for the lines of engine core 1 when the engine prints one line per engine core, else ''",

@@ -199,7 +199,7 @@ TABLES: dict[str, str] = {
     "incidents": """
         incident_id VARCHAR,            -- stable across scans: engine and onset
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
-        segment INTEGER,                -- run of the server (a server_args line starts the next)
+        segment INTEGER,                -- run of the server (runs.segment)
         kind VARCHAR,                   -- stall, leak, or the rule of a lone finding
         onset TIMESTAMP,                -- when it began: the stall onset or the first finding
         ended TIMESTAMP,                -- when it ended (see end_reason)
@@ -289,16 +289,23 @@ TABLES: dict[str, str] = {
     # Derived models, rebuilt by analyze (see analysis.py).
     "rank_stops": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
-        segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
+        segment INTEGER,                -- run of the server (runs.segment): 0 for the first
         rank VARCHAR,                   -- the rank
         stopped_at TIMESTAMP,           -- last progress of this rank; NULL when unknown
         source VARCHAR,                 -- batch_lines, watchdog, torch_nccl, absent_from_nccl
         path VARCHAR,                   -- file of the evidence for the stop
         line BIGINT                     -- line of that evidence
     """,
+    "runs": """
+        engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
+        segment INTEGER,                -- 0 for the first run, then in time order
+        start_ts TIMESTAMP,             -- where the run begins, on the main log's clock; NULL for the first (it holds the evidence before any start)
+        end_ts TIMESTAMP,               -- where the next run begins (exclusive); NULL for the last
+        started_by VARCHAR              -- what began it: start line (server_args, a vLLM version or engine config line), labels changed (the batch lines' rank labels changed form: another parallelism, another process), logs resumed (server logs resuming in other files more than 6 h after every earlier one ended, with ranks in common); NULL for the first run
+    """,
     "stalls": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
-        segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
+        segment INTEGER,                -- run of the server (runs.segment): 0 for the first
         onset TIMESTAMP,                -- last forward progress
         evidence_end TIMESTAMP,         -- last evidence of the run (any line)
         silent_s DOUBLE,                -- seconds from onset to evidence_end (vLLM: to the end the liveness probes show when only access lines, which print no time, follow)
@@ -359,7 +366,7 @@ TABLES: dict[str, str] = {
     """,
     "freezes": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
-        segment INTEGER,                -- run of the server: 0 for the first, a server_args line starts the next
+        segment INTEGER,                -- run of the server (runs.segment): 0 for the first
         verdict VARCHAR,                -- together (shared deadlock), staggered or absent (a first rank)
         ts TIMESTAMP,                   -- first rank's stop
         ts_end TIMESTAMP,               -- last rank's stop

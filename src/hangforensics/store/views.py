@@ -90,12 +90,15 @@ VIEWS = {
         FROM collective_records c LEFT JOIN o ON o.engine = c.engine AND o.path = c.path
         GROUP BY c.engine, source, rank, pg, seq, json_extract_string(attrs, '$.seq_kind'), op
     """,
-    # What ends a silence: progress, or a restart (a server_args line).  A signal's episode is the last mark
-    # before it: repetitions with no mark between them are one stall (watchdog-kill, busy-leak-report).
+    # What ends a silence: progress, or a restart (a server_args line, or one the analysis inferred: runs).
+    # A signal's episode is the last mark before it: repetitions with no mark between them are one stall
+    # (watchdog-kill, busy-leak-report).
     "progress_marks": """
         SELECT engine, ts, 'progress' AS mark FROM progress WHERE ts IS NOT NULL
         UNION ALL
         SELECT engine, ts, 'start' AS mark FROM events WHERE kind IN ('server_args', 'vllm_start') AND ts IS NOT NULL
+        UNION ALL
+        SELECT engine, start_ts, 'start' AS mark FROM runs WHERE started_by <> 'start line'
     """,
     # GPU index -> local rank via base_gpu_id / gpu_id_step (server_args), labelled like the log prefix.
     "gpu_rank_samples": """

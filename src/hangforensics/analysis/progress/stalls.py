@@ -29,7 +29,18 @@ from ..order_keys import LINE_BITS, PATH_BITS, PATH_RANKS, earliest_first, lates
 from . import vllm_stalls
 from .pending import Judgement
 from .probes import NON_WORK_PATHS
-from .segments import SEGS, WDF, Segment, drop_temp, fmt, in_seg, segments_all, segments_table, temp_table
+from .segments import (
+    SEGS,
+    WDF,
+    Segment,
+    drop_temp,
+    fmt,
+    in_seg,
+    segments_all,
+    segments_table,
+    store_runs,
+    temp_table,
+)
 
 MIN_SILENCE_S = 30.0          # floor of a silence that can be a stall
 CADENCE_FACTOR = 10.0         # a silence this many usual gaps long means the next line was due
@@ -46,7 +57,7 @@ FIN = "_hf_stall_finish"      # ranks whose running batch may have completed uns
 
 
 def rebuild(store: Store, engines: list[str] | None = None) -> None:
-    """Recompute stalls, rank_stops and freezes for ``engines`` (default: all), set-wise: a fixed number of
+    """Recompute runs, stalls, rank_stops and freezes for ``engines`` (default: all), set-wise: a fixed number of
     queries over every run of every engine, each run's own parameters (onset, due time, cadence) joined from
     small temporary tables; the judgement itself runs in Python over the rows they return."""
     from .freezes import freeze_row, rank_stops_all
@@ -56,6 +67,7 @@ def rebuild(store: Store, engines: list[str] | None = None) -> None:
     for t in ("stalls", "rank_stops", "freezes"):
         store.con.execute(f"DELETE FROM {t} WHERE list_contains(?, engine)", [engines])
     segs = segments_all(store, engines)
+    store_runs(store, segs)
     try:
         segments_table(store, SEGS, [s for e in engines for s in segs[e]])
         # the view is costly (several self-joins): read once for every engine

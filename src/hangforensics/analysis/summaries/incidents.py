@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from ...store import Store
-from ..progress.segments import Segment, segment_of, segments_all
+from ..progress.segments import Segment, runs_all, segment_of
 from ..rules import SEVERITY_RANK
 
 
@@ -34,7 +34,7 @@ def build_many(store: Store, engines: list[str], scan_id: int) -> dict[str, list
     grouping over its own rows."""
     if not engines:
         return {}
-    runs = segments_all(store, engines)
+    runs = runs_all(store, engines)
     # finding_id breaks ties of ts as the storage order did when each engine was read on its own
     findings: dict[str, list[dict]] = defaultdict(list)
     for r in store.query("SELECT * FROM findings WHERE list_contains(?, engine) "

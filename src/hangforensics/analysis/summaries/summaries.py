@@ -21,6 +21,7 @@ from ...redaction import redact_payloads
 from ...store import Store
 from ...store.views import TP_SIZES
 from ..order_keys import PATH_RANKS, latest_first
+from ..progress.segments import LABELS, LOG_GAP_S, LOGS_RESUMED
 from ..stacks.snapshot_text import facts_in_words
 from ..stacks.stackclasses import compact_ranks
 from . import capture_advice, rank_deaths, reporter_facts, vllm_summary
@@ -56,6 +57,7 @@ class Evidence:
     deaths: list[dict] = field(default_factory=list)      # lines saying a process died, or hung and was killed
     job: rank_deaths.JobDeaths = field(default_factory=rank_deaths.JobDeaths)  # torchrun's worker exits, c10d errors
     reporter: reporter_facts.ReporterFacts = field(default_factory=reporter_facts.ReporterFacts)  # a person's summary
+    restarts: list[dict] = field(default_factory=list)    # runs begun without a start line in the evidence (runs)
 
     def rules(self) -> set[str]:
         return {f["rule"] for f in self.findings}
@@ -206,6 +208,8 @@ def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None
     commands = capture_advice.next_capture_commands(store, engines, native)
     snapshots = _by_engine(q("SELECT * FROM snapshot_facts WHERE list_contains(?, engine) AND status <> 'unknown' "
                              "ORDER BY engine, rowid", [engines]), keep=True)
+    restarts = _by_engine(q("SELECT engine, start_ts, started_by FROM runs WHERE list_contains(?, engine) "
+                            "AND started_by IN (?, ?) ORDER BY engine, segment", [engines, LABELS, LOGS_RESUMED]))
     vllm = vllm_summary.gather_all(store, [e for e in engines if e in vllm_set],
                                    {e: stalls.get(e) for e in engines if e in vllm_set}) if vllm_set else {}
     out: dict[str, Evidence] = {}
@@ -229,6 +233,7 @@ def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None
         ev.job = jobs[e]
         ev.reporter = reporters[e]
         ev.vllm = vllm.get(e)
+        ev.restarts = restarts.get(e, [])
         out[e] = ev
     return out
 
@@ -376,6 +381,11 @@ def _sentence(parts: list[str]) -> str:
 def _facts(ev: Evidence) -> list[str]:
     """The strongest facts, one sentence each: the findings' titles, else what was read."""
     facts = [f["title"] for f in ev.findings if f["severity"] in ("critical", "warning")][:6]
+    for r in ev.restarts[:3]:
+        why = (f"its logs begin more than {LOG_GAP_S // 3600} h after every earlier log ended"
+               if r["started_by"] == LOGS_RESUMED else "the batch lines' rank labels change form there")
+        facts.append(f"Another run of the server from {r['start_ts']:%Y-%m-%d %H:%M:%S}, its start line not in the "
+                     f"evidence ({why}): each run is judged on its own.")
     if ev.last_progress is not None and not ev.stall:
         lp = ev.last_progress
         facts.append(f"Last progress line at {lp['ts']:%Y-%m-%d %H:%M:%S}"
