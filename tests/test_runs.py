@@ -196,3 +196,31 @@ def test_a_year_guessed_wrong_is_not_another_run(tmp_path: Path):
     # the same paste dated by a later modification time: the same run too
     os.utime(paste, (june + 200 * 86400, june + 200 * 86400))
     assert runs_of(tmp_path / "e") == [(None, None)]
+
+
+def test_each_incident_report_shows_its_own_runs_ranks_and_time(tmp_path: Path):
+    """An engine whose March run (TP ranks) and May run (data-parallel ranks, its start cut) both stalled: two
+    incidents, and each report's timeline holds its own run's ranks within that run's time, not the other's."""
+    import re
+
+    from hangforensics.fleet.scan import scan
+
+    march = LogWriter(start="2026-03-02 10:00:00", tp=2).startup().traffic(10, 200, ranks=("TP0", "TP1"))
+    march = frozen(march, 201, 205, ("TP0", "TP1"))
+    may = frozen(LogWriter(start="2026-05-19 16:00:00"), 0, 200, DP2)
+    march.write(tmp_path / "fleet" / "e", "server.log.1")
+    may.write(tmp_path / "fleet" / "e", "server.log")
+    from hangforensics.api import report
+
+    def timeline(html: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        span = re.search(r"Progress lines per logging rank \((\d\d:\d\d:\d\d) to (\d\d:\d\d:\d\d)\)", html)
+        assert span is not None
+        return tuple(sorted(set(re.findall(r'class="rank-row" data-rank="([^"]+)"', html)))), span.groups()
+
+    scan(tmp_path / "fleet", tmp_path / "db.duckdb", out=tmp_path / "out", jobs=1)
+    pages = dict(timeline(p.read_text()) for p in (tmp_path / "out" / "incidents").glob("*.html"))
+    # each window: from its run's first line (under 10 min before the stall) to the end of the run's evidence
+    assert pages == {("TP0", "TP1"): ("10:00:00", "10:13:22"), DP2: ("16:00:00", "16:13:17")}
+    # the engine's report: the run of its latest stall
+    report(tmp_path / "fleet" / "e", tmp_path / "e.html")
+    assert timeline((tmp_path / "e.html").read_text()) == (DP2, ("16:00:00", "16:13:17"))

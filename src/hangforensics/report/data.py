@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ..analysis.collectives.collectives import EngineContext
 from ..analysis.progress.probes import PROBE_PATHS
+from ..analysis.progress.segments import Segment, in_seg
 from ..store import Store
 from ..store.database import beside
 
@@ -66,15 +68,19 @@ class ReportData:
     contexts: dict[str, EngineContext]   # engines with collectives only
     spans: dict[str, tuple[datetime, datetime]]
     progress_kinds: dict[str, dict[str, str]]
+    # of the runs ``read`` was given (an engine's run other than its only one): its evidence's span and the
+    # ranks that log progress in it
+    run_spans: dict[tuple[str, int], tuple[datetime, datetime]] = dataclasses.field(default_factory=dict)
+    run_ranks: dict[tuple[str, int], set[str]] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def read(cls, store: Store, engines: list[str]) -> ReportData:
+    def read(cls, store: Store, engines: list[str], runs: Sequence[Segment] = ()) -> ReportData:
         e = {"e": list(dict.fromkeys(engines))}
         where = "list_contains($e, engine)"
         # what reads the progress lines and the collectives (the costliest reads), on a second connection
         # while this one reads the rest
         beside_read: dict[str, Any] = {}
-        with beside(store, lambda other: beside_read.update(_progress_and_collectives(other, e))):
+        with beside(store, lambda other: beside_read.update(_progress_and_collectives(other, e, runs))):
             data = cls._read(store, e, where)
         return dataclasses.replace(data, **beside_read)
 
@@ -134,8 +140,8 @@ class ReportData:
         )
 
 
-def _progress_and_collectives(store: Store, e: dict[str, list[str]]) -> dict[str, Any]:
-    """``ReportData``'s collectives, engine contexts, time spans and progress kinds."""
+def _progress_and_collectives(store: Store, e: dict[str, list[str]], runs: Sequence[Segment] = ()) -> dict[str, Any]:
+    """``ReportData``'s collectives, engine contexts, time spans and progress kinds (and those of ``runs``)."""
     where = "list_contains($e, engine)"
     collectives = _by(store.query(
         "SELECT engine, source, rank, pg_rank, pg, pg_desc, pg_ranks, seq, seq_kind, op, state, ts "
@@ -154,7 +160,33 @@ def _progress_and_collectives(store: Store, e: dict[str, list[str]]) -> dict[str
             f"SELECT engine, ts FROM http_requests WHERE {where} UNION ALL "
             f"SELECT engine, ts FROM events WHERE {where}) GROUP BY engine", e) if r["a"] is not None},
         "progress_kinds": kinds,
+        **_of_runs(store, runs),
     }
+
+
+def _of_runs(store: Store, runs: Sequence[Segment]) -> dict[str, Any]:
+    """The span of each run's evidence and the ranks that log progress in it: one query for all of ``runs``."""
+    if not runs:
+        return {}
+    spans: dict[tuple[str, int], tuple[datetime, datetime]] = {}
+    ranks: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for r in store.query(
+            f"""WITH r AS (SELECT unnest($1::VARCHAR[]) AS engine, unnest($2::INTEGER[]) AS seg,
+                                  unnest($3::TIMESTAMP[]) AS seg_start, unnest($4::TIMESTAMP[]) AS seg_end),
+                x AS (SELECT engine, ts, rank, true AS progress FROM progress WHERE list_contains($5, engine)
+                      UNION ALL SELECT engine, ts, NULL, false FROM http_requests WHERE list_contains($5, engine)
+                      UNION ALL SELECT engine, ts, NULL, false FROM events WHERE list_contains($5, engine))
+              SELECT r.engine, r.seg, x.rank, x.progress, min(x.ts) AS a, max(x.ts) AS b
+              FROM x JOIN r ON r.engine = x.engine AND {in_seg('x.ts', 'r')} AND x.ts IS NOT NULL
+              GROUP BY ALL""",
+            [[s.engine for s in runs], [s.index for s in runs], [s.start for s in runs], [s.end for s in runs],
+             sorted({s.engine for s in runs})]):
+        key = (r["engine"], r["seg"])
+        a, b = spans.get(key, (r["a"], r["b"]))
+        spans[key] = (min(a, r["a"]), max(b, r["b"]))
+        if r["progress"]:
+            ranks[key].add(r["rank"])
+    return {"run_spans": spans, "run_ranks": dict(ranks)}
 
 
 def _window_params(windows: list[Window | None]) -> dict[str, list[Any]]:
