@@ -224,3 +224,18 @@ def test_each_incident_report_shows_its_own_runs_ranks_and_time(tmp_path: Path):
     # the engine's report: the run of its latest stall
     report(tmp_path / "fleet" / "e", tmp_path / "e.html")
     assert timeline((tmp_path / "e.html").read_text()) == (DP2, ("16:00:00", "16:13:17"))
+
+
+def test_garbled_years_and_undated_files_infer_nothing_and_break_nothing(tmp_path: Path):
+    """Lines dated year 0001 (a garbled clock) in one file and 0001 plus a day in another, and a file without a
+    single dated line: the runs are still read, and no restart comes of the undated file."""
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "a.log").write_text(
+        "[0001-01-01 10:00:00 TP0] Decode batch, #running-req: 1, #token: 700, token usage: 0.02, cuda graph: True, "
+        "gen throughput (token/s): 512.40, #queue-req: 0\n")
+    (tmp_path / "e" / "b.log").write_text(
+        "[0001-01-02 10:00:00 TP0] Decode batch, #running-req: 1, #token: 700, token usage: 0.02, cuda graph: True, "
+        "gen throughput (token/s): 512.40, #queue-req: 0\n")
+    (tmp_path / "e" / "c.log").write_text("Decode batch, #running-req: 1, #token: 700, token usage: 0.02\n")
+    day2 = datetime(1, 1, 2, 10, 0, 0)
+    assert runs_of(tmp_path / "e") == [(None, day2), (day2, None)]

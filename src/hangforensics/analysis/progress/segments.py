@@ -209,6 +209,8 @@ def _year_apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def _years_back(t: datetime, years: int) -> datetime:
+    if t.year - years < datetime.min.year:         # a garbled year 0001
+        return datetime.min
     try:
         return t.replace(year=t.year - years)
     except ValueError:                             # 29 February
