@@ -22,6 +22,7 @@ from ...store import Store
 from ...store.views import TP_SIZES
 from ..order_keys import PATH_RANKS, latest_first
 from ..progress.segments import LABELS, LOG_GAP_S, LOGS_RESUMED
+from ..stacks import places as places_mod
 from ..stacks.snapshot_text import facts_in_words
 from ..stacks.stackclasses import compact_ranks
 from . import capture_advice, rank_deaths, reporter_facts, vllm_summary
@@ -58,6 +59,7 @@ class Evidence:
     job: rank_deaths.JobDeaths = field(default_factory=rank_deaths.JobDeaths)  # torchrun's worker exits, c10d errors
     reporter: reporter_facts.ReporterFacts = field(default_factory=reporter_facts.ReporterFacts)  # a person's summary
     restarts: list[dict] = field(default_factory=list)    # runs begun without a start line in the evidence (runs)
+    places: places_mod.Places = field(default_factory=places_mod.Places)   # where the ranks of the dumps stand
 
     def rules(self) -> set[str]:
         return {f["rule"] for f in self.findings}
@@ -210,6 +212,7 @@ def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None
                              "ORDER BY engine, rowid", [engines]), keep=True)
     restarts = _by_engine(q("SELECT engine, start_ts, started_by FROM runs WHERE list_contains(?, engine) "
                             "AND started_by IN (?, ?) ORDER BY engine, segment", [engines, LABELS, LOGS_RESUMED]))
+    places = places_mod.gather_all(store, engines)
     vllm = vllm_summary.gather_all(store, [e for e in engines if e in vllm_set],
                                    {e: stalls.get(e) for e in engines if e in vllm_set}) if vllm_set else {}
     out: dict[str, Evidence] = {}
@@ -234,6 +237,7 @@ def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None
         ev.reporter = reporters[e]
         ev.vllm = vllm.get(e)
         ev.restarts = restarts.get(e, [])
+        ev.places = places[e]
         out[e] = ev
     return out
 
@@ -348,6 +352,12 @@ def _quiet_verdict(ev: Evidence) -> str:
         if set(ev.reporter.hand_ranks) >= {s["rank"] for s in ev.stacks}:
             return (f"only stacks a person summarised by hand: {len(ev.stacks)} rank(s), {what}; no capture or log "
                     f"to confirm where they wait or say when progress stopped")
+        where = ev.places.words({s["thread_state"] for s in ev.stacks}) if set(colls) == {"no collective"} else None
+        if where and ev.places.moved:
+            return (f"only stack dumps: {where}; {compact_ranks(sorted(ev.places.moved, key=rank_key))} in different "
+                    f"places in dumps minutes apart at most: running, not stuck")
+        if where:
+            return f"only stack dumps: {where}; no log to say when progress stopped"
         return f"only stack dumps: {len(ev.stacks)} rank(s), {what}; no log to say when progress stopped"
     reporter = reporter_facts.quiet_words(ev.reporter)
     if reporter:
@@ -400,11 +410,17 @@ def _facts(ev: Evidence) -> list[str]:
         facts += vllm_summary.facts(ev.vllm)
     elif ev.stacks:
         colls = Counter((s["collective"] or "no collective", s["call_site"] or "") for s in ev.stacks)
+        where = ev.places.words({s["thread_state"] for s in ev.stacks}) if set(colls) == {("no collective", "")} \
+            else None
+        if where:
+            colls.clear()
+            facts.append(f"{where[0].upper()}{where[1:]}.")
         for (c, site), n in colls.most_common(2):
             facts.append(f"{n} rank(s) wait in {c}" + (f" from {site}" if site and c != "no collective" else "") + ".")
     facts += rank_deaths.facts(ev.job)[:8]
     facts += reporter_facts.facts(ev.reporter)
     facts += [f"Capture snapshots: {s}" for s in ev.snapshots[:3]]
+    facts += ev.places.moved_words()[:3]
     probes = [p for p in ev.probes if p["basis"] == "behaviour"]
     if probes:
         facts.append(f"Liveness probe: {probes[0]['path']} ({probes[0]['n']} requests at a steady interval).")
@@ -454,9 +470,20 @@ def capture_next(ev: Evidence) -> list[str]:
     if hang and not have_stacks:
         out.append(f"py-spy dump --native of every scheduler rank while it hangs, repeated to tell stuck from "
                    f"slow: {cmd}")
-    elif have_stacks and not ev.native_frames and not ev.reporter.hand_ranks:
-        out.append(f"py-spy dump --native (only Python frames were captured; native frames show the NCCL / CUDA "
-                   f"wait): {cmd}")
+    else:
+        native = have_stacks and not ev.native_frames and not ev.reporter.hand_ranks
+        # stacks alone, one moment of each rank: the same frames seconds later (and the same CPU time) is stuck
+        repeat = have_stacks and not ev.stall and not ev.snapshots and not ev.places.moved and ev.places.places
+        if native and repeat:
+            out.append(f"py-spy dump --native repeated a few seconds apart, with each process's state and CPU time "
+                       f"(only Python frames were captured, of one moment: native frames show the NCCL / CUDA wait, "
+                       f"and a second round tells stuck from slow): {cmd}")
+        elif native:
+            out.append(f"py-spy dump --native (only Python frames were captured; native frames show the NCCL / CUDA "
+                       f"wait): {cmd}")
+        elif repeat:
+            out.append(f"the dumps repeated a few seconds apart, with each process's state and CPU time, to tell stuck "
+                       f"from slow: {cmd}")
     liveness = [p["path"] for p in ev.probes if p["path"] not in GENERATION_PROBES]
     if (ev.stall or "health-check-blind" in ev.rules()) and liveness:
         out.append(f"a generation probe (/health_generate or a 1-token /generate) instead of {liveness[0]}, which "
