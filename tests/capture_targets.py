@@ -10,6 +10,10 @@ registration path (the seed incident: no peer ever answers).  MODE ``desync``: T
 of the HiCache abort path (``_all_reduce_attn_groups``, here a ``time.sleep``) while the other ranks wait
 in the per-iteration ``recv_requests`` broadcast (a ``recvmsg``): ranks in different collectives.
 
+MODE ``rendezvous``: every rank blocks for ever in ``recvmsg`` while exchanging shared-memory fds at start-up
+(``ShmBroadcastRendezvous.exchange_shm_fds``), outside any collective: the hang of shared/formats'
+``recvmsg_all_ranks``.
+
 MODE ``idle``: TP0 loops in ``on_idle`` (a little CPU each turn, so it moves between snapshots) and never comes
 back to the ``recv_requests`` broadcast the other ranks wait in: one snapshot cannot tell this from a starving
 idle loop; repeated snapshots show TP1-3 unchanged while TP0 never returns (reference/incidents.md §2).
@@ -86,6 +90,22 @@ class HiCacheController:
         self._all_reduce_attn_groups()
 
 
+def _recv_fds(sock: socket.socket) -> None:
+    sock.recvmsg(1024, socket.CMSG_LEN(4 * 4))          # every peer's fd: the rendezvous never replies
+
+
+class ShmBroadcastRendezvous:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def exchange_shm_fds(self) -> None:
+        _recv_fds(self.sock)
+
+
+def init_shm_broadcast(sock: socket.socket) -> None:
+    ShmBroadcastRendezvous(sock).exchange_shm_fds()
+
+
 class ModelRunner:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -136,6 +156,11 @@ class Scheduler:
                 self.on_idle()
         self.recv_requests()
 
+    def init_rendezvous(self) -> None:
+        log(f"TP{self.rank}", "Init torch distributed ends. elapsed=3.1 s, mem usage=0.7 GB")
+        self.signal_ready()
+        init_shm_broadcast(self.sock)
+
     def event_loop_overlap(self) -> None:
         log(f"TP{self.rank}", BATCH_LINE)
         self.signal_ready()
@@ -176,6 +201,8 @@ def run_rank(mode: str, rank: int, ready: Path) -> None:
         s.event_loop_normal()
     elif mode == "idle":
         s.event_loop_idle()
+    elif mode == "rendezvous":
+        s.init_rendezvous()
     else:
         s.event_loop_overlap()
 

@@ -332,6 +332,29 @@ def test_desync_tree_by_a_rank_pid_names_the_odd_rank(tmp_path):
                and f["ranks"] == ["TP2"] for f in found)
 
 
+@needs_pyspy
+def test_plain_pyspy_dumps_of_ranks_blocked_outside_any_collective_say_where_they_are(tmp_path):
+    """Real py-spy dumps of four real processes hung in a start-up rendezvous (no log, no bundle): the summary
+    names the one point every rank waits at, and asks for the dumps repeated to tell stuck from slow."""
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    with spawn_tree(tmp_path / "tree", "rendezvous") as tree:
+        for label, pid in tree.ranks.items():
+            out = subprocess.run([PYSPY, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            (dumps / f"{label}.txt").write_text(out.stdout)
+    js = tmp_path / "f.json"
+    r = hf("report", str(dumps), "-o", str(tmp_path / "r.html"), "--json", str(js))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(js.read_text())
+    assert doc["findings"] == []
+    (engine,) = doc["engines"]
+    assert engine["verdict"].startswith("Only stack dumps: all 4 ranks at one point outside any collective: "
+                                        "_recv_fds ← ShmBroadcastRendezvous.exchange_shm_fds ← init_shm_broadcast "
+                                        "(idle: waiting)"), engine["verdict"]
+    assert any("repeated a few seconds apart" in c for c in engine["capture_next"])
+
+
 # -- what could not be captured: still a bundle, one clear line each -------------------------------
 
 @needs_pyspy

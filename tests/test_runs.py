@@ -8,7 +8,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
 from conftest import LogWriter, analyze_folder, by_rule
+from envelope_wrappers import WRAPPERS
 
 from hangforensics.analysis.progress.segments import LOG_GAP_S, segments_all
 from hangforensics.ingest.pipeline import ingest_paths
@@ -239,3 +241,26 @@ def test_garbled_years_and_undated_files_infer_nothing_and_break_nothing(tmp_pat
     (tmp_path / "e" / "c.log").write_text("Decode batch, #running-req: 1, #token: 700, token usage: 0.02\n")
     day2 = datetime(1, 1, 2, 10, 0, 0)
     assert runs_of(tmp_path / "e") == [(None, day2), (day2, None)]
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPERS))
+def test_the_runs_and_findings_are_the_same_behind_every_envelope(tmp_path: Path, name: str):
+    """The March log beside May's log of another parallelism (its start cut), May's as a collector or a person
+    handed it over: the same runs, the same findings as the plain file."""
+    march = LogWriter(start="2026-03-02 10:00:00").startup().traffic(10, 300, ranks=("TP0", "TP1"))
+    may = frozen(LogWriter(start="2026-05-19 16:00:00"), 0, 200, DP2)
+
+    def judged(folder: Path, lines: list[str]) -> tuple[list, list]:
+        march.write(folder, "server-0302.log")
+        (folder / "may.log").write_text("\n".join(lines) + "\n")
+        found = sorted((f["rule"], f["ts"], tuple(f["ranks"])) for f in analyze_folder(folder))
+        return runs_of(folder), found
+
+    wrappers, _ = WRAPPERS[name]
+    lines = may.lines
+    for w in wrappers:
+        lines = w(lines)
+    plain = judged(tmp_path / "plain" / "e", may.lines)
+    restart = datetime(2026, 5, 19, 16, 0, 0)
+    assert plain[0] == [(None, restart), (restart, None)]
+    assert judged(tmp_path / name / "e", lines) == plain

@@ -30,8 +30,9 @@ from markupsafe import Markup, escape
 
 from .. import __version__
 from ..analysis.findings import iso
-from ..analysis.progress.segments import Segment
+from ..analysis.progress.segments import Segment, runs_all, segment_of
 from ..analysis.rules import SEVERITIES, load_rules
+from ..analysis.stacks.places import own_frames
 from ..analysis.stacks.stackclasses import compact_ranks
 from ..ranks import rank_key
 from ..readers.logfile import read_lines
@@ -349,14 +350,8 @@ def stack_tree(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         leaves = [n for n in nodes.values() if n["is_leaf"]]
         classes = []
         for leaf in sorted(leaves, key=lambda n: (-len(n["ranks"]), n["label"])):
-            path = []
-            n = leaf
-            while n is not None:
-                path.append(n)
-                n = nodes.get(n["parent_id"]) if n["parent_id"] is not None else None
             # innermost frames below the last node shared with any other class
-            distinct = [p["frame"] for p in path if len(p["ranks"]) == len(leaf["ranks"])]
-            classes.append({"label": leaf["label"], "ranks": leaf["ranks"], "frames": distinct[:10]})
+            classes.append({"label": leaf["label"], "ranks": leaf["ranks"], "frames": own_frames(nodes, leaf)[:10]})
         ts = next((n["ts"] for n in nodes.values() if n["ts"]), None)
         out.append({"capture": cap, "ts": ts, "tree": tree, "classes": classes,
                     "n_ranks": sum(len(r["ranks"]) for r in roots)})
@@ -369,8 +364,6 @@ def render_report(store: Store, engines: list[str], found: list[dict[str, Any]],
 
     Request payloads in evidence text are redacted unless ``show_payloads``.
     """
-    from ..analysis.progress.segments import runs_all
-
     sections = _sections(store, engines, [(e, segment, [f for f in found if f["engine"] == e]) for e in engines],
                          show_payloads, runs_all(store, engines))
     return _page(sections, title_path, show_payloads)
@@ -391,8 +384,6 @@ def render_incidents(store: Store, incidents: list[dict[str, Any]],
 
 def _render_batch(store: Store, incidents: list[dict[str, Any]],
                   show_payloads: bool) -> Iterator[tuple[dict[str, Any], str]]:
-    from ..analysis.progress.segments import runs_all, segment_of
-
     engines = list(dict.fromkeys(i["engine"] for i in incidents))
     if not engines:
         return

@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 
+from ...ranks import RANK_TAGS
 from ...store import Store
 
 # Two server_args lines this close are one start (every DP worker may print its own).
@@ -104,8 +105,8 @@ def _segments(engine: str, starts: list[tuple[datetime, str]]) -> list[Segment]:
 # process that wrote them was started since.  A silence inside one file is not a restart (a stall, or no
 # traffic), however long.
 LOG_GAP_S = 6 * 3600
-# The rank labels SGLang prints (see ranks.RANK_TAGS); their form is the label without its numbers.
-SGLANG_LABEL = re.compile(r"^(DP|PP|ATTN_CP|MOE_DP|TP|EP)[0-9]")
+# The rank labels SGLang prints; their form is the label without its numbers.
+SGLANG_LABEL = re.compile(rf"^(?:{RANK_TAGS})\d")
 
 
 def inferred_starts(store: Store, engines: list[str]) -> list[tuple[str, datetime, str]]:

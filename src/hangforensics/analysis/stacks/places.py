@@ -50,6 +50,16 @@ class Places:
                 f"not stuck." for rank, fns in sorted(self.moved.items(), key=lambda kv: rank_key(kv[0]))]
 
 
+def own_frames(nodes: dict[Any, dict[str, Any]], leaf: dict[str, Any]) -> list[str]:
+    """A rank class's own frames, innermost first: the leaf's chain of ``rank_classes`` nodes (by class_id) up
+    to the node it shares with ranks outside the class."""
+    frames, n = [], leaf
+    while n is not None and len(n["ranks"]) == len(leaf["ranks"]):
+        frames.append(n["frame"])
+        n = nodes.get(n["parent_id"]) if n["parent_id"] is not None else None
+    return frames
+
+
 def gather_all(store: Store, engines: list[str]) -> dict[str, Places]:
     """The places of every engine of ``engines``: two queries, whatever their number."""
     out = {e: Places() for e in engines}
@@ -61,12 +71,7 @@ def gather_all(store: Store, engines: list[str]) -> dict[str, Places]:
         nodes.setdefault(r["engine"], {})[r["class_id"]] = r
     for e, tree in nodes.items():
         for leaf in (n for n in tree.values() if n["is_leaf"]):
-            frames, n = [], leaf
-            # the leaf's own chain, up to the node it shares with ranks outside it
-            while n is not None and len(n["ranks"]) == len(leaf["ranks"]):
-                frames.append(n["frame"])
-                n = tree.get(n["parent_id"]) if n["parent_id"] is not None else None
-            out[e].places.append(Place(list(leaf["ranks"]), frames))
+            out[e].places.append(Place(list(leaf["ranks"]), own_frames(tree, leaf)))
         out[e].places.sort(key=lambda p: (-len(p.ranks), p.frames))
     # a rank's dumps of one moment, by the innermost Python frame of their main thread
     for r in store.query(
