@@ -64,6 +64,12 @@ class Evidence:
     def rules(self) -> set[str]:
         return {f["rule"] for f in self.findings}
 
+    def place_words(self) -> str | None:
+        """Where the dumped ranks stand (``places.Places.words``), when none of them is in a collective."""
+        if not self.stacks or any(s["collective"] for s in self.stacks):
+            return None
+        return self.places.words({s["thread_state"] for s in self.stacks})
+
     def of(self, rule: str) -> list[dict[str, Any]]:
         return [f for f in self.findings if f["rule"] == rule]
 
@@ -352,7 +358,7 @@ def _quiet_verdict(ev: Evidence) -> str:
         if set(ev.reporter.hand_ranks) >= {s["rank"] for s in ev.stacks}:
             return (f"only stacks a person summarised by hand: {len(ev.stacks)} rank(s), {what}; no capture or log "
                     f"to confirm where they wait or say when progress stopped")
-        where = ev.places.words({s["thread_state"] for s in ev.stacks}) if set(colls) == {"no collective"} else None
+        where = ev.place_words()
         if where and ev.places.moved:
             return (f"only stack dumps: {where}; {compact_ranks(sorted(ev.places.moved, key=rank_key))} in different "
                     f"places in dumps minutes apart at most: running, not stuck")
@@ -410,8 +416,7 @@ def _facts(ev: Evidence) -> list[str]:
         facts += vllm_summary.facts(ev.vllm)
     elif ev.stacks:
         colls = Counter((s["collective"] or "no collective", s["call_site"] or "") for s in ev.stacks)
-        where = ev.places.words({s["thread_state"] for s in ev.stacks}) if set(colls) == {("no collective", "")} \
-            else None
+        where = ev.place_words()
         if where:
             colls.clear()
             facts.append(f"{where[0].upper()}{where[1:]}.")
