@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -184,7 +183,7 @@ def _prepared(job: FileJob, lazy: bool = False) -> _Ready | None:
     path = Path(job.abs_path)
     out = FileOutcome()
     mtime = path.stat().st_mtime
-    reader = PayloadReader.for_file(path, mtime, job.envelope)
+    reader = PayloadReader.for_file(path, mtime, job.envelope, year_near=job.year_near)
     out.envelope = reader.stack.name
     plain = reader.unwrapper is None
     pays: list[Payload] = []
@@ -219,8 +218,7 @@ def _prepared(job: FileJob, lazy: bool = False) -> _Ready | None:
         physical -= 1
     if len(pays) != 1 or reader.carried_from() is not None or not _count(pays[0]):
         return None
-    ctx = FileContext(engine=job.engine, path=job.rel_path, default_year=datetime.fromtimestamp(mtime).year,
-                      reference=datetime.fromtimestamp(mtime))
+    ctx = FileContext.of_file(job.engine, job.rel_path, mtime, job.year_near)
     return _Ready(job, out, pays[0], ctx, physical, raws[0], tail, ends[0])
 
 
@@ -281,17 +279,18 @@ def _parse_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
     bases = list(accumulate((r.physical for r in ready), initial=0))
     counts = list(accumulate((len(r.pay.lines) for r in ready), initial=0))
     files = np.repeat(np.arange(len(ready), dtype=np.int32), np.diff(counts)).tolist()
-    refs = [r.ctx.reference for r in ready]
+    refs, near = [r.ctx.reference for r in ready], [r.ctx.reference_nearest for r in ready]
     ctx = FileContext(engine=_ENGINE, path=_PATH, default_year=ready[0].ctx.default_year, reference=refs[0])
     if ready[0].pay.plain:
         parsed = parse_chunk(pl.concat([r.pay.lines.rename("text") for r in ready]), 1, ctx, whole=False,
-                             files=files, references=refs)
+                             files=files, references=refs, nearest=near)
     else:
         lines = [s for r in ready for s in r.pay.lines]
         numbers = [n + b for r, b in zip(ready, bases, strict=False) for n in r.pay.line]    # type: ignore[union-attr]
         collected = None if ready[0].pay.collected_ts is None else \
             [t for r in ready for t in r.pay.collected_ts]      # type: ignore[union-attr]
-        parsed = parse_chunk(lines, 1, ctx, numbers, collected, whole=False, files=files, references=refs)
+        parsed = parse_chunk(lines, 1, ctx, numbers, collected, whole=False, files=files, references=refs,
+                             nearest=near)
     cut = np.searchsorted(np.asarray(counts[1:]), np.asarray(parsed.interleaved_rows or [], dtype=np.int64),
                           side="right")
 
@@ -350,9 +349,10 @@ def _scan_together(ready: list[_Ready]) -> list[list[tuple[str, Any]]]:
         raise _LeftTooMuch
     kept = pl.from_arrow(text.arrow(starts[keep], ends[keep]))
     files = (np.searchsorted(np.asarray(counts[1:]), keep, side="right")).tolist()
-    refs = [r.ctx.reference for r in ready]
+    refs, near = [r.ctx.reference for r in ready], [r.ctx.reference_nearest for r in ready]
     ctx = FileContext(engine=_ENGINE, path=_PATH, default_year=ready[0].ctx.default_year, reference=refs[0])
-    parsed = parse_chunk(kept, 1, ctx, line_numbers=(keep + 1).tolist(), whole=False, files=files, references=refs)
+    parsed = parse_chunk(kept, 1, ctx, line_numbers=(keep + 1).tolist(), whole=False, files=files, references=refs,
+                         nearest=near)
     cut = np.asarray(files, dtype=np.int64)[np.asarray(parsed.interleaved_rows or [], dtype=np.int64)]
 
     def own(k: int, r: _Ready, p: Any) -> None:

@@ -88,12 +88,13 @@ def parse_flight_recorder_file(f: EvidenceFile, out: FileOutcome) -> Iterator[tu
 # -- NCCL RAS -----------------------------------------------------------------------------------------
 
 
-def parse_ras_file(f: EvidenceFile, out: FileOutcome,
-                   envelope: EnvelopeStack | None = None) -> Iterator[tuple[str, list[dict]]]:
+def parse_ras_file(f: EvidenceFile, out: FileOutcome, envelope: EnvelopeStack | None = None,
+                   year_near: float | None = None) -> Iterator[tuple[str, list[dict]]]:
     """``ncclras`` output (pasted or wrapped too: the envelope is stripped first): per-communicator counts
     and absent ranks as collective records, what NCCL singles out about a rank as ``nccl_ras`` events,
-    lines of no known meaning in ``unparsed``."""
-    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, f.abs_path.stat().st_mtime)
+    lines of no known meaning in ``unparsed`` (``year_near``: ``FileJob.year_near``)."""
+    mtime = f.abs_path.stat().st_mtime
+    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, mtime, year_near)
     out.envelope = pay.stack_name
     lines = pay.lines
     as_json = nccl_ras_json.looks_like_nccl_ras_json(lines)      # ncclras -f json (NCCL 2.28+)
@@ -106,7 +107,7 @@ def parse_ras_file(f: EvidenceFile, out: FileOutcome,
         for e, o in zip(events, rep.odd_ranks, strict=True):
             e["message"] = o.reason
     # torch's own lines pasted beside the report (a rank's ProcessGroupNCCL timeout): read as the log they are
-    torch, taken = torch_records(pay, _runs(rep.unmatched), f, f.abs_path.stat().st_mtime)
+    torch, taken = torch_records(pay, _runs(rep.unmatched), f, mtime, year_near)
     unparsed = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in rep.unmatched if i not in taken])
     if not pay.plain:                            # payload lines -> the file's physical lines
         assert pay.line is not None
@@ -147,12 +148,12 @@ def _odd_rank_event(f: EvidenceFile, o: nccl_ras.RasOddRank, lines: list[str],
 # -- torch's fr_trace analyzer output ------------------------------------------------------------------
 
 
-def parse_fr_trace_file(f: EvidenceFile, out: FileOutcome,
-                        envelope: EnvelopeStack | None = None) -> Iterator[tuple[str, list[dict]]]:
+def parse_fr_trace_file(f: EvidenceFile, out: FileOutcome, envelope: EnvelopeStack | None = None,
+                        year_near: float | None = None) -> Iterator[tuple[str, list[dict]]]:
     """The text of torch's Flight Recorder analyzer (pasted or wrapped: the envelope is stripped first): the
     collectives it reports on as collective records (source ``fr_trace``), lines of no known meaning in
-    ``unparsed``."""
-    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, f.abs_path.stat().st_mtime)
+    ``unparsed`` (``year_near``: ``FileJob.year_near``)."""
+    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, f.abs_path.stat().st_mtime, year_near)
     out.envelope = pay.stack_name
     rep = fr_trace_text.parse_fr_trace(pay.lines, 1)
     records = [record_row(f.engine, f.rel_path, r, clock="utc" if r.ts is not None else None) for r in rep.rows]

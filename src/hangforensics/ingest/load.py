@@ -117,7 +117,7 @@ def _finish_source(store: Store, p: Plan, outcome: FileOutcome, sid: int, status
                    max(outcome.read_bytes, prev["read_bytes"] or 0) if prev else outcome.read_bytes,
                    status=status or outcome.status, source_id=sid,
                    release_hint=outcome.release or (prev or {}).get("release_hint"), note="; ".join(notes) or None,
-                   envelope=outcome.envelope or (prev or {}).get("envelope") or _envelope_name(p))
+                   envelope=outcome.envelope or (prev or {}).get("envelope") or _envelope_name(p), dating=p)
 
 
 class LoadGroup:
@@ -172,7 +172,8 @@ class LoadGroup:
             self.sources.append(_source_row(
                 p.file, p.kind, p.st, p.head_hash, p.compressed, outcome.lines, outcome.unparsed,
                 outcome.read_bytes, status=outcome.status, source_id=sid, release_hint=outcome.release,
-                note="; ".join(outcome.notes.summary()) or None, envelope=outcome.envelope or _envelope_name(p)))
+                note="; ".join(outcome.notes.summary()) or None, envelope=outcome.envelope or _envelope_name(p),
+                dating=p))
         except BaseException:
             self.rollback()
             raise
@@ -260,7 +261,7 @@ def record_plan_only(store: Store, p: Plan) -> None:
             status = f"duplicate of {p.duplicate_of}" if p.action == "duplicate" else "error: cannot read"
             _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, 0, 0, 0, status=status,
                            note=_unreadable_reason(p.file.abs_path) if p.action == "unreadable" else None,
-                           envelope=_envelope_name(p))
+                           envelope=_envelope_name(p), dating=p)
         bump_engine(store, p.file.engine)
 
 
@@ -337,21 +338,28 @@ def forget_source(store: Store, row: dict) -> None:
 
 def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, compressed: bool, lines: int,
                    unparsed: int, read_bytes: int, status: str = "ok", release_hint: str | None = None,
-                   source_id: int | None = None, note: str | None = None, envelope: str | None = None) -> None:
+                   source_id: int | None = None, note: str | None = None, envelope: str | None = None,
+                   dating: Plan | None = None) -> None:
     if source_id is None:
         source_id = store.scalar("SELECT COALESCE(MAX(source_id), 0) + 1 FROM sources")
     store.append("sources", [_source_row(f, kind, st, hhash, compressed, lines, unparsed, read_bytes, status,
-                                         release_hint, source_id, note, envelope)])
+                                         release_hint, source_id, note, envelope, dating)])
 
 
 def _source_row(f: EvidenceFile, kind: str, st, hhash: str, compressed: bool, lines: int, unparsed: int,
                 read_bytes: int, status: str, release_hint: str | None, source_id: int, note: str | None,
-                envelope: str | None) -> dict[str, Any]:
+                envelope: str | None, dating: Plan | None = None) -> dict[str, Any]:
+    """The manifest row (``dating``: the plan whose first_dated and year_near it records)."""
+    first_dated, year_near = (dating.first_dated, dating.year_near) if dating is not None else (None, None)
     return {
         "source_id": source_id, "path": f.rel_path, "abs_path": str(f.abs_path), "engine": f.engine,
         "kind": kind, "bytes": st.st_size, "lines": lines, "parsed_lines": lines - unparsed,
         "unparsed_lines": unparsed, "read_bytes": read_bytes, "head_hash": hhash, "mtime": st.st_mtime,
         "compressed": compressed, "rotation": f.rotation, "node": f.node, "clock_offset_s": 0.0,
         "release_hint": release_hint, "status": status, "ingested_at": datetime.now(), "note": note,
-        "envelope": envelope,
+        "envelope": envelope, "first_dated": _local(first_dated), "year_near": _local(year_near),
     }
+
+
+def _local(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch) if epoch is not None else None

@@ -42,7 +42,7 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
             if resumable:                     # whole records so far, nothing held back by the envelope
                 yield CHECKPOINT, FileOutcome(out.lines, out.unparsed, out.read_bytes)
     elif job.kind in STACK_KINDS:
-        yield from _parse_stacks(f, job.kind, job.mtime, out, job.envelope)
+        yield from _parse_stacks(f, job.kind, job.mtime, out, job.envelope, job.year_near)
     elif job.kind in REPORTER_KINDS:
         from .hand_parse import parse_reporter_file
         yield from parse_reporter_file(f, job.kind, out, job.envelope)
@@ -56,9 +56,9 @@ def parse_file(job: FileJob) -> Iterator[tuple[str, Any]]:
     elif job.kind == "flight_recorder":
         yield from collective_parse.parse_flight_recorder_file(f, out)
     elif job.kind == "nccl_ras":
-        yield from collective_parse.parse_ras_file(f, out, job.envelope)
+        yield from collective_parse.parse_ras_file(f, out, job.envelope, job.year_near)
     elif job.kind == "fr_trace":
-        yield from collective_parse.parse_fr_trace_file(f, out, job.envelope)
+        yield from collective_parse.parse_fr_trace_file(f, out, job.envelope, job.year_near)
     elif job.kind == "process_snapshot":
         yield from _parse_process_snapshot(f, out, job.envelope)
     elif job.kind == "unknown":
@@ -87,10 +87,10 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     from ..parsers.sglang.sglang_log import FileContext
 
     mtime = f.abs_path.stat().st_mtime
-    reader = PayloadReader.for_file(f.abs_path, mtime, job.envelope, resumed=job.start_offset > 0)
+    reader = PayloadReader.for_file(f.abs_path, mtime, job.envelope, resumed=job.start_offset > 0,
+                                    year_near=job.year_near)
     out.envelope = reader.stack.name
-    ctx = FileContext(engine=f.engine, path=f.rel_path, default_year=datetime.fromtimestamp(mtime).year,
-                      reference=datetime.fromtimestamp(mtime))
+    ctx = FileContext.of_file(f.engine, f.rel_path, mtime, job.year_near)
     out.read_bytes = job.start_offset
     starts: list[tuple[int, int]] = []       # (first line, byte offset) of each chunk
     next_line = job.start_line
@@ -264,9 +264,11 @@ STACK_PARSERS: dict[str, Callable[[list[str], int], pyspy.Dump]] = {
 
 
 def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome,
-                  envelope: EnvelopeStack | None = None) -> Iterator[tuple[str, list[dict]]]:
-    """A standalone stack dump: threads and frames; every line it does not consume is kept in ``unparsed``."""
-    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, mtime)
+                  envelope: EnvelopeStack | None = None, year_near: float | None = None
+                  ) -> Iterator[tuple[str, list[dict]]]:
+    """A standalone stack dump: threads and frames; every line it does not consume is kept in ``unparsed``
+    (``year_near``: ``FileJob.year_near``, for the year-less lines around it)."""
+    pay, out.read_bytes = read_payload(f.abs_path, out.notes, envelope, mtime, year_near)
     out.envelope = pay.stack_name
     dump = STACK_PARSERS[kind](pay.lines, 1)
     # captures carry no time of their own: a bundle's manifest says when each was taken, else the file's mtime
@@ -297,7 +299,7 @@ def _parse_stacks(f: EvidenceFile, kind: str, mtime: float, out: FileOutcome,
     # a torch C++ exception trace's header holds the watchdog's message ('  what():  [PG 1 Rank 7] ...'): the
     # same evidence as the glog line it repeats, read as that record (its line stays the dump's)
     what = [[i] for i, s in enumerate(pay.lines) if "what()" in s] if kind == "native_trace" else []
-    torch, _ = torch_records(pay, what, f, mtime)
+    torch, _ = torch_records(pay, what, f, mtime, year_near)
     # Accounting by construction: a line is parsed only if the parser consumed it.
     un = pay.unparsed_rows(f.engine, f.rel_path, [pay.at(i) for i in range(len(pay.lines)) if i not in dump.consumed])
     out.lines, out.unparsed = pay.physical, len(un)

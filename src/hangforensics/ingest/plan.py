@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from ..errors import InputError
@@ -34,6 +35,8 @@ class Plan:
     duplicate_of: str | None = None
     hold_live_tail: bool = True  # False: take a last line without newline as final (one-shot report)
     envelope: EnvelopeStack | None = None   # the envelope sniffed from the file's head (None: not sniffed)
+    first_dated: float | None = None    # the first full date in the file's head (sources.first_dated)
+    year_near: float | None = None      # the engine's dated evidence its year-less lines are dated near
 
     def job(self) -> FileJob:
         resume = self.action in ("resume", "rename") and self.prev is not None
@@ -42,7 +45,8 @@ class Plan:
                        (self.prev["read_bytes"] or 0) if resume else 0,
                        ((self.prev["lines"] or 0) + 1) if resume else 1, self.st.st_mtime,
                        end_offset=self.st.st_size if live else None,
-                       hold_partial=live and self.hold_live_tail and is_live(self.st), envelope=self.envelope)
+                       hold_partial=live and self.hold_live_tail and is_live(self.st), envelope=self.envelope,
+                       year_near=self.year_near)
 
 
 # A log written to in the last LIVE_SECONDS may be mid-line: its unfinished last line is left for the
@@ -90,11 +94,24 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
     else:
         probed = map(probe_content, unknown)
     pending = []
+    # each engine's latest first full date so far; the files probed without one of their own, offered once
+    # their engine's files are all probed (dated as ``date_engines`` will date them: an engine's files are
+    # listed together)
+    dated: dict[str, float] = {}
+    for st in stated:
+        if isinstance(st, Plan) and st.first_dated is not None:
+            _later(dated, st.file.engine, st.first_dated)
+    held: list[Plan] = []
     for f, st in zip(files, stated, strict=True):
+        if held and held[0].file.engine != f.engine:
+            _offer_held(held, dated, on_probe)
         if isinstance(st, Plan):
             planner.plans.append(st)
             continue
-        probe = planner.plan_probed(f, st, next(probed))
+        content = next(probed)
+        if content.dated is not None:
+            _later(dated, f.engine, content.dated)
+        probe = planner.plan_probed(f, st, content)
         if probe is not None:
             pending.append(probe)
         if on_work is not None and (probe is not None or planner.plans[-1].action in ("read", "resume")):
@@ -103,14 +120,76 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
         if on_probe is not None and probe is not None and probe.kind != "unreadable":
             read = probe.plan("read", None)
             read.hold_live_tail = hold_live_tail
-            on_probe(read)
+            if read.first_dated is None:
+                held.append(read)
+            else:
+                on_probe(read)
+    _offer_held(held, dated, on_probe)
     # Files whose path is new (or whose content under the same path changed): is the content known?
     renamed = planner.claim_renames(pending)
     planner.plan_new(pending, renamed)
     planner.plan_vanished(vanish_engines)
     for p in planner.plans:
         p.hold_live_tail = hold_live_tail
+    if date_engines(planner.plans) and on_work is not None:
+        on_work()
     return planner.plans
+
+
+# -- dating year-less lines by their engine --------------------------------------------------------
+# Kinds that may hold lines printed without a year (torch's glog, vLLM's, torchrun's, a syslog envelope's)
+YEARLESS_KINDS = frozenset({"server_log", "pyspy_dump", "gdb_dump", "faulthandler_dump", "native_trace",
+                            "nccl_ras", "fr_trace"})
+# A file read near one moment of its engine's dated evidence is read again when that moment moves by more
+# than this: a year-less line's year can change only when it moves (and barely, within a month).
+REDATE_S = 30 * 86400.0
+_NOT_EVIDENCE = ("vanished", "forget", "unreadable")
+
+
+def date_engines(plans: list[Plan]) -> bool:
+    """Give each file the moment of its engine's dated evidence its year-less lines are dated near
+    (interface.md §3 "Dates": the nearest dated evidence of the same engine, before the file's envelope and
+    its modification time): its own first full date (``first_dated``), else the latest of the engine's
+    files.  An unchanged file with no date of its own, read near another moment (or near none), is read
+    again; whether any is."""
+    latest: dict[str, float] = {}
+    for p in plans:
+        if p.first_dated is not None and p.action not in _NOT_EVIDENCE:
+            latest[p.file.engine] = max(latest.get(p.file.engine, p.first_dated), p.first_dated)
+    again = False
+    for p in plans:
+        if p.action in _NOT_EVIDENCE:
+            continue
+        p.year_near = p.first_dated if p.first_dated is not None else latest.get(p.file.engine)
+        if p.action == "skip" and p.prev is not None and p.first_dated is None and p.kind in YEARLESS_KINDS \
+                and not p.prev["status"].startswith("duplicate") and _moved(_epoch(p.prev.get("year_near")), p.year_near):
+            p.action = "read"                   # its year-less lines were dated near another moment
+            again = True
+    return again
+
+
+def _later(dated: dict[str, float], engine: str, ts: float) -> None:
+    dated[engine] = max(dated.get(engine, ts), ts)
+
+
+def _offer_held(held: list[Plan], dated: dict[str, float], on_probe: Callable[[Plan], None] | None) -> None:
+    """Offer the files held back for their engine's date (``plan_files``), dated by it."""
+    if on_probe is not None:
+        for read in held:
+            read.year_near = dated.get(read.file.engine)
+            on_probe(read)
+    held.clear()
+
+
+def _moved(before: float | None, now: float | None) -> bool:
+    if before is None or now is None:
+        return before is not now
+    return abs(now - before) > REDATE_S
+
+
+def _epoch(ts: object) -> float | None:
+    """A manifest TIMESTAMP (a naive datetime, local time as the probe read it) as epoch seconds."""
+    return ts.timestamp() if isinstance(ts, datetime) else None
 
 
 @dataclass
@@ -123,10 +202,11 @@ class _Probe:
     hhash: str
     compressed: bool
     envelope: EnvelopeStack | None = None
+    dated: float | None = None
 
     def plan(self, action: str, prev: dict | None, duplicate_of: str | None = None) -> Plan:
         return Plan(self.file, action, self.kind, self.st, self.hhash, self.compressed, prev, duplicate_of,
-                    envelope=self.envelope)
+                    envelope=self.envelope, first_dated=self.dated, year_near=self.dated)
 
 
 class _Planner:
@@ -153,14 +233,16 @@ class _Planner:
         dup = self.duplicates.get(str(f.abs_path)) if prev is None else None
         if dup is not None and _unchanged(dup, st) and self._original_here(dup):
             # a copy, unchanged, of a file still here: a copy still (read, its rows would count twice)
-            return Plan(f, "skip", dup["kind"], st, dup["head_hash"], bool(dup["compressed"]), dup)
+            return Plan(f, "skip", dup["kind"], st, dup["head_hash"], bool(dup["compressed"]), dup,
+                        first_dated=_epoch(dup.get("first_dated")))
         if prev is not None and prev["status"] in ("ok", "vanished") and _unchanged(prev, st) \
                 and not _tail_due(prev, st, self.hold_live_tail):
             # same size and mtime as when it was read: a stat is all an unchanged file costs
             self.claimed.add(prev["abs_path"])
             if prev["status"] == "vanished":       # back again: the manifest says so, nothing to read
                 self.store.con.execute("UPDATE sources SET status = 'ok' WHERE source_id = ?", [prev["source_id"]])
-            return Plan(f, "skip", prev["kind"], st, prev["head_hash"], bool(prev["compressed"]), prev)
+            return Plan(f, "skip", prev["kind"], st, prev["head_hash"], bool(prev["compressed"]), prev,
+                        first_dated=_epoch(prev.get("first_dated")))
         return st
 
     def plan_probed(self, f: EvidenceFile, st: os.stat_result, content: ContentProbe) -> _Probe | None:

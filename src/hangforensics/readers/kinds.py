@@ -6,6 +6,7 @@ py-spy dump, a kubectl-wrapped log a server log)."""
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
@@ -79,10 +80,11 @@ def detect_kind(path: Path) -> str:
     return sniff_kind(path)[0]
 
 
-def sniff_kind(path: Path) -> tuple[str, EnvelopeStack | None]:
-    """The kind of a file's payload and the envelope around it (None for files not read as text)."""
+def sniff_kind(path: Path, head: str | None = None) -> tuple[str, EnvelopeStack | None]:
+    """The kind of a file's payload and the envelope around it (None for files not read as text); ``head``:
+    the file's ``head_text``, when read already."""
     try:
-        head = head_text(path)
+        head = head_text(path) if head is None else head
     except InputError:
         return "unreadable", None
     if not head:
@@ -109,18 +111,47 @@ class ContentProbe(NamedTuple):
     hhash: str                          # the hash of its head: its identity across renames ('' unreadable)
     compressed: bool                    # gzip
     envelope: EnvelopeStack | None
+    dated: float | None = None          # the first full date in its head (``first_full_date``), epoch seconds
+
+
+# A time printed with its full date (a four-digit year): SGLang's and Python logging's, a collector's ISO
+# 8601 (kubectl, CRI, docker), nvidia-smi's.  Year-less lines of the same engine take their year from one.
+FULL_DATE = re.compile(r"(?<![\d.:/-])((?:19[7-9]|2\d\d)\d)([-/])(0[1-9]|1[0-2])\2(0[1-9]|[12]\d|3[01])[ T]"
+                       r"([01]\d|2[0-3]):([0-5]\d):([0-5]\d)(?!\d)")
+# Kinds whose dates are the engine's evidence (not a copied text's: a reporter's prose, an unknown file)
+DATING_KINDS = frozenset({"server_log", "gpu_samples", "nccl_ras", "capture_manifest", "process_facts",
+                          "process_snapshot", "capture_error", "metrics_text"})
+
+
+def first_full_date(head: str) -> float | None:
+    """The first time printed with its full date in ``head`` (naive, as printed), as epoch seconds; None
+    without one."""
+    m = FULL_DATE.search(head)
+    if m is None:
+        return None
+    y, _, mo, d, h, mi, s = m.groups()
+    try:
+        return datetime(int(y), int(mo), int(d), int(h), int(mi), int(s)).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def probe_content(path: Path) -> ContentProbe:
-    """A file's kind and envelope (``sniff_kind``), the hash of its head and whether it is gzip; a file that
-    cannot be read is ``unreadable``."""
-    kind, stack = sniff_kind(path)
+    """A file's kind and envelope (``sniff_kind``), the hash of its head, whether it is gzip and the first full
+    date in its head (of a kind that dates the engine: ``DATING_KINDS``); a file that cannot be read is
+    ``unreadable``."""
+    try:
+        head: str | None = head_text(path)
+    except InputError:
+        head = None
+    kind, stack = sniff_kind(path, head) if head is not None else ("unreadable", None)
     try:
         hhash = head_hash(path) if kind != "unreadable" else ""
         compressed = kind != "unreadable" and is_gzip(path)
     except (InputError, OSError, EOFError):
         kind, hhash, compressed = "unreadable", "", False
-    return ContentProbe(kind, hhash, compressed, stack)
+    dated = first_full_date(head) if head is not None and kind in DATING_KINDS else None
+    return ContentProbe(kind, hhash, compressed, stack, dated)
 
 
 def _unwrapped_table(raw: list[str], stack: EnvelopeStack) -> tuple[str, EnvelopeStack] | None:

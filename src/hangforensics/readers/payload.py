@@ -63,9 +63,9 @@ def sniff(lines: list[str], last_cut: bool = False) -> tuple[EnvelopeStack, list
     return stack, Unwrapper(stack, year_hint=2000).feed(lines, 1, final=True).payload
 
 
-def year_hint(payload_head: list[str], mtime: float | None) -> datetime | None:
+def year_hint(payload_head: list[str], mtime: float | None, year_near: float | None = None) -> datetime | None:
     """A moment near the file's lines, for year-less envelope times: its first dated payload line, else
-    the file's modification time (never a fixed default)."""
+    ``year_near`` (the engine's dated evidence), else the file's modification time (never a fixed default)."""
     for s in payload_head:
         m = _DATED.match(s)
         if m:
@@ -73,7 +73,8 @@ def year_hint(payload_head: list[str], mtime: float | None) -> datetime | None:
                 return datetime.fromisoformat(m.group(1))
             except ValueError:
                 continue
-    return datetime.fromtimestamp(mtime) if mtime is not None else None
+    near = year_near if year_near is not None else mtime
+    return datetime.fromtimestamp(near) if near is not None else None
 
 
 @dataclass
@@ -136,9 +137,10 @@ class PayloadReader:
 
     @classmethod
     def for_file(cls, path: Path, mtime: float | None, stack: EnvelopeStack | None = None,
-                 resumed: bool = False) -> PayloadReader:
+                 resumed: bool = False, year_near: float | None = None) -> PayloadReader:
         """The reader of ``path``: its envelope from its head (unless known), dated near its first dated
-        payload line (a resumed read: near its modification time)."""
+        payload line, else near ``year_near`` (the engine's dated evidence), else its modification time (a
+        resumed read: near ``year_near`` or its modification time)."""
         if stack is not None and not stack.layers:
             return cls(NONE)
         text = head_text(path) if stack is None or not resumed else ""
@@ -150,7 +152,8 @@ class PayloadReader:
         else:
             payload = Unwrapper(stack, year_hint=2000).feed(head, 1, final=True).payload if head else []
         # (a payload whose dates the envelope put in is dated near the file's modification time itself)
-        return cls(stack, year_hint([] if resumed or DATING_LAYERS & set(stack.layers) else payload, mtime))
+        return cls(stack, year_hint([] if resumed or DATING_LAYERS & set(stack.layers) else payload, mtime,
+                                    year_near))
 
     def columnar(self) -> bool:
         """Whether ``feed`` unwraps a polars column of lines at once (no Python object per line)."""
@@ -189,10 +192,10 @@ class PayloadReader:
         return p is not None and not (STATEFUL_PASTE & set(self.stack.layers)) and self.highest < p
 
 
-def read_payload(path: Path, notes: ReadNotes, stack: EnvelopeStack | None, mtime: float | None
-                 ) -> tuple[Payload, int]:
-    """A whole (small) file as one payload batch, and the bytes read."""
-    reader = PayloadReader.for_file(path, mtime, stack)
+def read_payload(path: Path, notes: ReadNotes, stack: EnvelopeStack | None, mtime: float | None,
+                 year_near: float | None = None) -> tuple[Payload, int]:
+    """A whole (small) file as one payload batch, and the bytes read (``year_near``: ``PayloadReader.for_file``)."""
+    reader = PayloadReader.for_file(path, mtime, stack, year_near=year_near)
     lines: list[str] = []
     end = 0
     for chunk in iter_chunks(path, notes=notes):

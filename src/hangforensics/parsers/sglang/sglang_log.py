@@ -54,13 +54,23 @@ class FileContext:
     path: str                      # as reported in evidence (relative)
     default_year: int              # for glog / vLLM timestamps that carry no year (when no reference)
     last_ts: datetime | None = None  # carried across chunks
-    # when the file has no dated line of its own: its modification time (year-less lines take the year
-    # that puts them at or before it: a December glog line in a file saved in January is last year's).
-    # A line's envelope time (collected_ts), when it has one, is the better reference (the nearest year).
+    # when the file has no dated line of its own: the engine's dated evidence (``reference_nearest``: year-less
+    # lines take the year nearest it), else its modification time (the year that puts them at or before it: a
+    # December glog line in a file saved in January is last year's).  A line's envelope time (collected_ts),
+    # when it has one, is the better reference (the nearest year).
     reference: datetime | None = None
     prev_ts: datetime | None = None  # timestamp of the previous chunk's last dated record, in file order
     record_ts: datetime | None = None  # time of the last dated record of earlier chunks (any format), in file order
     release: str | None = None     # the release the file's earlier chunks point at
+    reference_nearest: bool = False  # ``reference`` is dated evidence of the engine, not a modification time
+
+    @classmethod
+    def of_file(cls, engine: str, path: str, mtime: float, year_near: float | None = None) -> FileContext:
+        """The context of a file read from its start: dated near ``year_near`` (epoch seconds: the engine's
+        dated evidence, ``ingest.jobs.FileJob.year_near``), else by its modification time ``mtime``."""
+        ref = datetime.fromtimestamp(mtime if year_near is None else year_near)
+        return cls(engine=engine, path=path, default_year=ref.year, reference=ref,
+                   reference_nearest=year_near is not None)
 
 
 @dataclass
@@ -388,7 +398,9 @@ _ALL_STARTS = [pl.lit(False).alias("blank"), pl.lit(True).alias("start"),
                pl.lit("start").alias("role")]
 
 
-_FILE, _REF = "_file", "_ref"      # parse_chunk(files=, references=): each line's file and its reference time
+# parse_chunk(files=, references=, nearest=): each line's file, its reference time and whether that is dated
+# evidence of the engine (FileContext.reference_nearest)
+_FILE, _REF, _NEAR = "_file", "_ref", "_near"
 
 # Several files' lines (``_FILE``): each file's head (``_FILE_HEAD``: its lines before its first record start) is
 # its own, as the head of a file classified alone: its lines start no record of the file before and continue
@@ -495,7 +507,8 @@ def _one_failure_summary(kind: pl.Series, body: pl.Series, file: pl.Series | Non
 def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
                 line_numbers: list[int] | None = None, collected_ts: list[datetime | None] | None = None,
                 whole: bool = True, head_what: bool = False, files: list[int] | None = None,
-                references: list[datetime] | None = None, date_access: bool = True) -> Parsed:
+                references: list[datetime] | None = None, date_access: bool = True,
+                nearest: list[bool] | None = None) -> Parsed:
     """Parse a chunk of complete records; line numbers start at ``first_line``.
 
     The payload of an envelope gives ``line_numbers``, the physical line of each line (not consecutive
@@ -506,12 +519,15 @@ def parse_chunk(lines: list[str] | pl.Series, first_line: int, ctx: FileContext,
     the lines are not a file's head (``classify``).  ``files``: the lines are several files' (each line's
     file, ``ingest.batch_parse``), each read as if alone: its head (the lines before its first record) its
     own, no record running into the next file, times filled from the nearest dated record of the same file,
-    else from that file's ``references`` (its modification time).  ``date_access=False``: access lines without
+    else from that file's ``references`` (``nearest``: which are dated evidence of the engine, the others
+    modification times; FileContext.reference_nearest).  ``date_access=False``: access lines without
     a time of their own are left undated (their caller sees records this call does not: ``sglang_fast``).
     """
     df = _classify(lines, head_what, first_line, collected_ts, files)
     if files is not None and references is not None:
-        df = df.with_columns(pl.lit(datetime_series(_REF, references)).gather(pl.col(_FILE)).alias(_REF))
+        df = df.with_columns(pl.lit(datetime_series(_REF, references)).gather(pl.col(_FILE)).alias(_REF),
+                             pl.lit(pl.Series(_NEAR, nearest or [False] * len(references), dtype=pl.Boolean))
+                             .gather(pl.col(_FILE)).alias(_NEAR))
     out = Parsed(lines=len(lines), interleaved=int(df.get_column("interleaved").sum()))
     if not whole and out.interleaved:
         out.interleaved_rows = df.filter(pl.col("interleaved")).get_column("i").to_list()
@@ -670,11 +686,13 @@ def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
     if ctx.last_ts is not None:
         dated = dated.fill_null(datetime_lit(ctx.last_ts))
     ref = pl.col(_REF) if several else datetime_lit(ctx.reference or datetime(ctx.default_year, 1, 1))
+    by_mtime = ~pl.col(_NEAR) if several else pl.lit(not ctx.reference_nearest)
     d = pl.col("_dated")
     if "collected_ts" in df.columns:        # else no envelope time: null
-        ctx_ts, mtime = d.fill_null(pl.col("collected_ts")).fill_null(ref), d.is_null() & pl.col("collected_ts").is_null()
+        ctx_ts = d.fill_null(pl.col("collected_ts")).fill_null(ref)
+        mtime = d.is_null() & pl.col("collected_ts").is_null() & by_mtime
     else:
-        ctx_ts, mtime = d.fill_null(ref), d.is_null()
+        ctx_ts, mtime = d.fill_null(ref), d.is_null() & by_mtime
     if df.get_column("start").all():        # every line a record's start: each record that line
         lf = df.lazy().with_columns(_ONE_LINE)
     else:
@@ -685,7 +703,7 @@ def _record_starts(df: pl.DataFrame, ctx: FileContext) -> pl.DataFrame:
                     .with_columns(dated.alias("_dated")).with_columns(
                         ctx_ts.alias("ctx_ts"), d.is_not_null().alias("ctx_dated"), mtime.alias("ctx_mtime"),
                         (pl.col("ts_dt").backward_fill().over(_FILE) if several else pl.col("ts_dt").backward_fill())
-                        .alias("next_ts")).drop("_dated", *([_FILE, _REF] if several else []))
+                        .alias("next_ts")).drop("_dated", *([_FILE, _REF, _NEAR] if several else []))
                     .drop(_FILE_HEAD, strict=False))
 
 
