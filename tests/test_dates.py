@@ -16,7 +16,7 @@ from conftest import LogWriter, by_rule
 from hangforensics.analysis.findings import run_rules
 from hangforensics.fleet.scan import scan
 from hangforensics.ingest.pipeline import ingest_paths
-from hangforensics.readers.kinds import first_full_date
+from hangforensics.readers.kinds import last_full_date
 from hangforensics.store import Store
 
 TODAY = datetime(2026, 12, 7, 9, 0, 0).timestamp()      # when the ticket's files were saved
@@ -60,7 +60,7 @@ def ingested(folder: Path, st: Store, mode: str = "engine") -> Store:
     ("0.2025-11-05 10:12:45", None),                                            # inside a longer number
 ])
 def test_a_full_date_is_a_four_digit_year_with_month_day_and_time(text: str, want: datetime | None):
-    got = first_full_date("noise before\n" + text)
+    got = last_full_date("noise before\n" + text)
     assert (datetime.fromtimestamp(got) if got is not None else None) == want
 
 
@@ -68,13 +68,15 @@ def test_a_torch_paste_takes_the_year_of_its_engines_server_log(tmp_path: Path):
     """The paste's year-less lines, saved today, are dated by the server log of last year's hang: the timeout
     and the stall are one incident, and the known signature is dated with the stall."""
     eng = tmp_path / "eng"
-    write(eng / "server.log", hung_log("2025-11-05 10:00:00").lines)
+    log = hung_log("2025-11-05 10:00:00").lines
+    write(eng / "server.log", log)
     write(eng / "torch_stderr.txt", [glog(r, "1105", "10:14:55") for r in range(4)])
     with Store(":memory:") as st:
         ingested(eng, st)
         assert {t.year for t in torch_times(st)} == {2025}
-        (src,) = st.query("SELECT first_dated, year_near FROM sources WHERE path LIKE '%torch_stderr.txt'")
-        assert src["first_dated"] is None and src["year_near"] == datetime(2025, 11, 5, 10, 0, 0)
+        (src,) = st.query("SELECT last_dated, year_near FROM sources WHERE path LIKE '%torch_stderr.txt'")
+        last = datetime.strptime(log[-1][1:20], "%Y-%m-%d %H:%M:%S")        # the log's last line (its tail)
+        assert src["last_dated"] is None and src["year_near"] == last
         f = by_rule(run_rules(st))
     (stall,) = f["stall-onset"]
     (sig,) = f["known-signature"]
@@ -89,6 +91,27 @@ def test_without_dated_evidence_of_its_engine_a_paste_is_dated_by_its_file_time(
         ingested(tmp_path, st, mode="fleet")
         (t,) = torch_times(st)
     assert t == datetime(2026, 11, 5, 10, 14, 55, 123456)
+
+
+def test_a_head_dates_by_its_first_full_date_and_a_tail_by_its_last():
+    head = "[2026-03-01 08:00:00 TP0] a\n[2026-03-01 09:00:00 TP0] b\n"
+    tail = "[2026-12-05 10:00:00 TP0] c\n[2026-12-05 11:00:00 TP0] d\n[2026-12-05 10:30:00 TP0] e\n"
+    assert datetime.fromtimestamp(last_full_date(head)) == datetime(2026, 3, 1, 8)
+    assert datetime.fromtimestamp(last_full_date(head, tail)) == datetime(2026, 12, 5, 10, 30)
+    assert datetime.fromtimestamp(last_full_date(tail, head)) == datetime(2026, 12, 5, 10)
+
+
+def test_a_log_written_for_months_dates_its_engine_by_its_end(tmp_path: Path):
+    """A server log begun in March and still written in December: a December glog line of its engine is this
+    December's (its head alone would put it in the December before)."""
+    eng = tmp_path / "eng"
+    filler = [f"[2026-03-01 08:{i // 60 % 60:02d}:{i % 60:02d}] INFO:     127.0.0.1:5000 - \"GET /health HTTP/1.1\" 200 OK"
+              for i in range(1200)]
+    write(eng / "server.log", filler + hung_log("2026-12-05 10:00:00").lines)
+    write(eng / "stderr.txt", [glog(0, "1205", "10:14:55")])
+    with Store(":memory:") as st:
+        (t,) = torch_times(ingested(eng, st))
+    assert t.date() == datetime(2026, 12, 5).date()
 
 
 def test_the_nearest_year_to_the_engines_evidence_not_the_latest(tmp_path: Path):
@@ -152,7 +175,7 @@ def test_a_fleet_scan_dates_each_engines_pastes_by_its_own_logs(tmp_path: Path):
 
 
 def test_a_database_of_schema_7_is_migrated_and_its_unchanged_files_stay_unread(tmp_path: Path):
-    """Schema 7 had no first_dated / year_near: migrating adds them (NULL for the files read then), and the next
+    """Schema 7 had no last_dated / year_near: migrating adds them (NULL for the files read then), and the next
     ingest of the same files reads none of them again."""
     eng = tmp_path / "eng"
     write(eng / "server.log", hung_log("2025-11-05 10:00:00").lines)
@@ -160,11 +183,11 @@ def test_a_database_of_schema_7_is_migrated_and_its_unchanged_files_stay_unread(
     db = tmp_path / "hf.duckdb"
     with Store(db) as st:
         ingested(eng, st)
-        st.con.execute("ALTER TABLE sources DROP COLUMN first_dated")
+        st.con.execute("ALTER TABLE sources DROP COLUMN last_dated")
         st.con.execute("ALTER TABLE sources DROP COLUMN year_near")
         st.con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
     with Store(db) as st:
         assert st.opened_at_version == 7
-        assert st.query("SELECT count(*) AS n FROM sources WHERE first_dated IS NULL")[0]["n"] == 2
+        assert st.query("SELECT count(*) AS n FROM sources WHERE last_dated IS NULL")[0]["n"] == 2
         (res,) = ingest_paths(st, [eng], mode="engine")
         assert res.files_read == 0 and [t.year for t in torch_times(st)] == [2025]

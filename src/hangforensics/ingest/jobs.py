@@ -43,7 +43,7 @@ class FileJob:
     end_offset: int | None = None       # read up to here: the size planned (a file may grow meanwhile)
     hold_partial: bool = False          # a live log's unfinished last line waits for the next ingest
     envelope: EnvelopeStack | None = None   # the file's envelope, as planning sniffed it (None: sniff again)
-    # the nearest dated evidence of the engine (epoch seconds): the file's own first full date, else the
+    # the nearest dated evidence of the engine (epoch seconds): the latest full date of the file's own head and tail, else the
     # engine's latest; lines printed without a year take the year nearest it (None: the file's mtime bounds them)
     year_near: float | None = None
 

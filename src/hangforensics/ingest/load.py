@@ -349,15 +349,15 @@ def _record_source(store: Store, f: EvidenceFile, kind: str, st, hhash: str, com
 def _source_row(f: EvidenceFile, kind: str, st, hhash: str, compressed: bool, lines: int, unparsed: int,
                 read_bytes: int, status: str, release_hint: str | None, source_id: int, note: str | None,
                 envelope: str | None, dating: Plan | None = None) -> dict[str, Any]:
-    """The manifest row (``dating``: the plan whose first_dated and year_near it records)."""
-    first_dated, year_near = (dating.first_dated, dating.year_near) if dating is not None else (None, None)
+    """The manifest row (``dating``: the plan whose last_dated and year_near it records)."""
+    last_dated, year_near = (dating.last_dated, dating.year_near) if dating is not None else (None, None)
     return {
         "source_id": source_id, "path": f.rel_path, "abs_path": str(f.abs_path), "engine": f.engine,
         "kind": kind, "bytes": st.st_size, "lines": lines, "parsed_lines": lines - unparsed,
         "unparsed_lines": unparsed, "read_bytes": read_bytes, "head_hash": hhash, "mtime": st.st_mtime,
         "compressed": compressed, "rotation": f.rotation, "node": f.node, "clock_offset_s": 0.0,
         "release_hint": release_hint, "status": status, "ingested_at": datetime.now(), "note": note,
-        "envelope": envelope, "first_dated": _local(first_dated), "year_near": _local(year_near),
+        "envelope": envelope, "last_dated": _local(last_dated), "year_near": _local(year_near),
     }
 
 

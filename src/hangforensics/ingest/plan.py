@@ -35,7 +35,7 @@ class Plan:
     duplicate_of: str | None = None
     hold_live_tail: bool = True  # False: take a last line without newline as final (one-shot report)
     envelope: EnvelopeStack | None = None   # the envelope sniffed from the file's head (None: not sniffed)
-    first_dated: float | None = None    # the first full date in the file's head (sources.first_dated)
+    last_dated: float | None = None     # the latest full date of the file's head and tail (sources.last_dated)
     year_near: float | None = None      # the engine's dated evidence its year-less lines are dated near
 
     def job(self) -> FileJob:
@@ -94,13 +94,13 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
     else:
         probed = map(probe_content, unknown)
     pending = []
-    # each engine's latest first full date so far; the files probed without one of their own, offered once
+    # each engine's latest full date so far; the files probed without one of their own, offered once
     # their engine's files are all probed (dated as ``date_engines`` will date them: an engine's files are
     # listed together)
     dated: dict[str, float] = {}
     for st in stated:
-        if isinstance(st, Plan) and st.first_dated is not None:
-            _later(dated, st.file.engine, st.first_dated)
+        if isinstance(st, Plan) and st.last_dated is not None:
+            _later(dated, st.file.engine, st.last_dated)
     held: list[Plan] = []
     for f, st in zip(files, stated, strict=True):
         if held and held[0].file.engine != f.engine:
@@ -120,7 +120,7 @@ def plan_files(store: Store, files: list[EvidenceFile], vanish_engines: list[str
         if on_probe is not None and probe is not None and probe.kind != "unreadable":
             read = probe.plan("read", None)
             read.hold_live_tail = hold_live_tail
-            if read.first_dated is None:
+            if read.last_dated is None:
                 held.append(read)
             else:
                 on_probe(read)
@@ -149,19 +149,19 @@ _NOT_EVIDENCE = ("vanished", "forget", "unreadable")
 def date_engines(plans: list[Plan]) -> bool:
     """Give each file the moment of its engine's dated evidence its year-less lines are dated near
     (interface.md §3 "Dates": the nearest dated evidence of the same engine, before the file's envelope and
-    its modification time): its own first full date (``first_dated``), else the latest of the engine's
+    its modification time): its own latest full date (``last_dated``), else the latest of the engine's
     files.  An unchanged file with no date of its own, read near another moment (or near none), is read
     again; whether any is."""
     latest: dict[str, float] = {}
     for p in plans:
-        if p.first_dated is not None and p.action not in _NOT_EVIDENCE:
-            latest[p.file.engine] = max(latest.get(p.file.engine, p.first_dated), p.first_dated)
+        if p.last_dated is not None and p.action not in _NOT_EVIDENCE:
+            latest[p.file.engine] = max(latest.get(p.file.engine, p.last_dated), p.last_dated)
     again = False
     for p in plans:
         if p.action in _NOT_EVIDENCE:
             continue
-        p.year_near = p.first_dated if p.first_dated is not None else latest.get(p.file.engine)
-        if p.action == "skip" and p.prev is not None and p.first_dated is None and p.kind in YEARLESS_KINDS \
+        p.year_near = p.last_dated if p.last_dated is not None else latest.get(p.file.engine)
+        if p.action == "skip" and p.prev is not None and p.last_dated is None and p.kind in YEARLESS_KINDS \
                 and not p.prev["status"].startswith("duplicate") and _moved(_epoch(p.prev.get("year_near")), p.year_near):
             p.action = "read"                   # its year-less lines were dated near another moment
             again = True
@@ -206,7 +206,7 @@ class _Probe:
 
     def plan(self, action: str, prev: dict | None, duplicate_of: str | None = None) -> Plan:
         return Plan(self.file, action, self.kind, self.st, self.hhash, self.compressed, prev, duplicate_of,
-                    envelope=self.envelope, first_dated=self.dated, year_near=self.dated)
+                    envelope=self.envelope, last_dated=self.dated, year_near=self.dated)
 
 
 class _Planner:
@@ -234,7 +234,7 @@ class _Planner:
         if dup is not None and _unchanged(dup, st) and self._original_here(dup):
             # a copy, unchanged, of a file still here: a copy still (read, its rows would count twice)
             return Plan(f, "skip", dup["kind"], st, dup["head_hash"], bool(dup["compressed"]), dup,
-                        first_dated=_epoch(dup.get("first_dated")))
+                        last_dated=_epoch(dup.get("last_dated")))
         if prev is not None and prev["status"] in ("ok", "vanished") and _unchanged(prev, st) \
                 and not _tail_due(prev, st, self.hold_live_tail):
             # same size and mtime as when it was read: a stat is all an unchanged file costs
@@ -242,7 +242,7 @@ class _Planner:
             if prev["status"] == "vanished":       # back again: the manifest says so, nothing to read
                 self.store.con.execute("UPDATE sources SET status = 'ok' WHERE source_id = ?", [prev["source_id"]])
             return Plan(f, "skip", prev["kind"], st, prev["head_hash"], bool(prev["compressed"]), prev,
-                        first_dated=_epoch(prev.get("first_dated")))
+                        last_dated=_epoch(prev.get("last_dated")))
         return st
 
     def plan_probed(self, f: EvidenceFile, st: os.stat_result, content: ContentProbe) -> _Probe | None:

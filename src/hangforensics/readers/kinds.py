@@ -5,7 +5,9 @@ py-spy dump, a kubectl-wrapped log a server log)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from itertools import islice
 from pathlib import Path
@@ -24,7 +26,7 @@ from ..parsers.sglang.sglang_patterns import BARE_TRACEBACK, LEAK_TEXT
 from ..parsers.stacks import faulthandler, gdb, hand_summary, native_trace, pyspy
 from ..parsers.torch_jobs.train_steps import STEP_LINE
 from .envelopes import EnvelopeStack, Unwrapper
-from .logfile import head_hash, head_text, is_gzip, open_binary
+from .logfile import HEAD_BYTES, head_hash, head_text, is_gzip, open_binary
 from .payload import head_lines, sniff
 
 LOG_SNIFF = re.compile(
@@ -111,35 +113,73 @@ class ContentProbe(NamedTuple):
     hhash: str                          # the hash of its head: its identity across renames ('' unreadable)
     compressed: bool                    # gzip
     envelope: EnvelopeStack | None
-    dated: float | None = None          # the first full date in its head (``first_full_date``), epoch seconds
+    dated: float | None = None          # the latest full date of its head and tail (``last_full_date``), epoch s
 
 
 # A time printed with its full date (a four-digit year): SGLang's and Python logging's, a collector's ISO
 # 8601 (kubectl, CRI, docker), nvidia-smi's.  Year-less lines of the same engine take their year from one.
-FULL_DATE = re.compile(r"(?<![\d.:/-])((?:19[7-9]|2\d\d)\d)([-/])(0[1-9]|1[0-2])\2(0[1-9]|[12]\d|3[01])[ T]"
+FULL_DATE = re.compile(r"((?:19[7-9]|2\d\d)\d)([-/])(0[1-9]|1[0-2])\2(0[1-9]|[12]\d|3[01])[ T]"
                        r"([01]\d|2[0-3]):([0-5]\d):([0-5]\d)(?!\d)")
 # Kinds whose dates are the engine's evidence (not a copied text's: a reporter's prose, an unknown file)
 DATING_KINDS = frozenset({"server_log", "gpu_samples", "nccl_ras", "capture_manifest", "process_facts",
                           "process_snapshot", "capture_error", "metrics_text"})
 
 
-def first_full_date(head: str) -> float | None:
-    """The first time printed with its full date in ``head`` (naive, as printed), as epoch seconds; None
-    without one."""
-    m = FULL_DATE.search(head)
-    if m is None:
-        return None
-    y, _, mo, d, h, mi, s = m.groups()
+_NOT_BEFORE_DATE = frozenset("0123456789.:/-")     # a FULL_DATE after one of these is part of a longer number
+
+
+def _full_dates(text: str, at: int = 0) -> Iterator[re.Match[str]]:
+    """The FULL_DATEs of ``text`` from ``at`` on (a lookbehind in the pattern costs three times the search)."""
+    for m in FULL_DATE.finditer(text, at):
+        if not m.start() or text[m.start() - 1] not in _NOT_BEFORE_DATE:
+            yield m
+
+
+def last_full_date(*texts: str) -> float | None:
+    """The latest time printed with its full date among the first of ``texts`` (a file's head: its first
+    such time) and the others (its tail: their last), naive as printed, in epoch seconds; None without one."""
+    found = []
+    for i, text in enumerate(texts):
+        m = next(_full_dates(text), None) if i == 0 else _last_match(text)
+        if m is not None:
+            y, _, mo, d, h, mi, s = m.groups()
+            try:
+                found.append(datetime(int(y), int(mo), int(d), int(h), int(mi), int(s)).timestamp())
+            except (ValueError, OverflowError, OSError):
+                continue
+    return max(found) if found else None
+
+
+def _last_match(text: str) -> re.Match[str] | None:
+    """The last FULL_DATE in ``text``: looked for in its last lines first (a log's every line has one: the
+    whole tail's matches cost 1.6 ms a file)."""
+    for back in (4096, len(text)):
+        at = max(0, len(text) - back)
+        at = text.find("\n", at) + 1 if at else 0          # from a line's start
+        m = None
+        for m in _full_dates(text, at):                     # noqa: B007 (the last one)
+            pass
+        if m is not None or at == 0:
+            return m
+    return None
+
+
+def _tail_text(path: Path, size: int) -> str:
+    """The last HEAD_BYTES of a plain file larger than its head ('' otherwise, or when unreadable)."""
+    if size <= HEAD_BYTES:
+        return ""
     try:
-        return datetime(int(y), int(mo), int(d), int(h), int(mi), int(s)).timestamp()
-    except (ValueError, OverflowError, OSError):
-        return None
+        with path.open("rb") as f:
+            f.seek(size - HEAD_BYTES)
+            return f.read(HEAD_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def probe_content(path: Path) -> ContentProbe:
-    """A file's kind and envelope (``sniff_kind``), the hash of its head, whether it is gzip and the first full
-    date in its head (of a kind that dates the engine: ``DATING_KINDS``); a file that cannot be read is
-    ``unreadable``."""
+    """A file's kind and envelope (``sniff_kind``), the hash of its head, whether it is gzip and the latest full
+    date of its head and (a plain file's) tail (of a kind that dates the engine: ``DATING_KINDS``; a log
+    written for months dates its engine by its end); a file that cannot be read is ``unreadable``."""
     try:
         head: str | None = head_text(path)
     except InputError:
@@ -150,7 +190,10 @@ def probe_content(path: Path) -> ContentProbe:
         compressed = kind != "unreadable" and is_gzip(path)
     except (InputError, OSError, EOFError):
         kind, hhash, compressed = "unreadable", "", False
-    dated = first_full_date(head) if head is not None and kind in DATING_KINDS else None
+    dated = None
+    if head is not None and kind in DATING_KINDS:
+        with contextlib.suppress(OSError):
+            dated = last_full_date(head, "" if compressed else _tail_text(path, path.stat().st_size))
     return ContentProbe(kind, hhash, compressed, stack, dated)
 
 

@@ -71,8 +71,8 @@ TABLES: dict[str, str] = {
         ingested_at TIMESTAMP,          -- when this file was last read (local time of the ingesting machine)
         note VARCHAR,                   -- what was odd about the file and how it was handled (binary, truncated, ...)
         envelope VARCHAR,               -- how a collector or a paste wrapped the file (kubectl, cri, docker_json, journald, markdown, ...; layers joined by +), none when plain
-        first_dated TIMESTAMP,          -- the first time printed with its full date in the file's head (its engine's dated evidence: a log's, GPU samples', a capture's; NULL none)
-        year_near TIMESTAMP             -- what the file's lines printed without a year were dated near: its own first_dated, else the latest of its engine's files (NULL: none; its modification time bounds them)
+        last_dated TIMESTAMP,           -- the latest time printed with its full date in the file's head and tail (its engine's dated evidence: a log's, GPU samples', a capture's; NULL none)
+        year_near TIMESTAMP             -- what the file's lines printed without a year were dated near: its own last_dated, else the latest of its engine's files (NULL: none; its modification time bounds them)
     """,
     "events": """
         engine VARCHAR,                 -- the engine: folder of one server's evidence (SGLang or vLLM), as named under the ingest root
@@ -700,4 +700,4 @@ def _to_source_keys(name: str) -> list[str]:
 # 7: batches, access lines and vLLM stats lines name their file by source_id
 MIGRATIONS[6] = [to_source_keys]
 # 8: year-less lines dated by their engine's dated evidence (an older file's: NULL, read as it was)
-MIGRATIONS[7] = [f"ALTER TABLE sources ADD COLUMN IF NOT EXISTS {c} TIMESTAMP" for c in ("first_dated", "year_near")]
+MIGRATIONS[7] = [f"ALTER TABLE sources ADD COLUMN IF NOT EXISTS {c} TIMESTAMP" for c in ("last_dated", "year_near")]
