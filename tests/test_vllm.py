@@ -121,6 +121,42 @@ def test_v0_formats_with_and_without_brackets(tmp_path: Path):
         assert st.scalar("SELECT sum(unparsed_lines) FROM sources") == 0
 
 
+_STD_RECORD = re.compile(r"^(\([^)]*pid=\d+[^)]*\)\s*)?(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)"
+                         r"(?:[.,]\d+)? \[?([^\]\s:]+)\.py:\d+\] (.*)$")
+
+
+def _under_logging_format(line: str, year: int) -> str:
+    """A vLLM record as a user's own Python logging format prints it: '%(asctime)s - %(name)s - %(levelname)s -
+    %(message)s' (the logger named after the module), behind the process tag vLLM's workers print."""
+    m = _STD_RECORD.match(line)
+    if m is None:
+        return line
+    tag, level, ts, module, msg = m.groups()
+    return f"{tag or ''}{year}-{ts},417 - vllm.{module} - {level} - {msg}"
+
+
+@pytest.mark.parametrize("name", ["v0-quiet-hung", "v1-hung", "v1-dp-one-stops", "v1-healthy-idle"])
+def test_vllm_under_a_users_logging_format_is_read_as_vllm(tmp_path: Path, name: str):
+    """The same engine's records under Python logging's common format (a year of their own: 2025, not the
+    file time's 2026): the same rows, the same findings, a year earlier."""
+    plain = engine(tmp_path / "plain", name)
+    converted = [_under_logging_format(ln, 2025) for ln in lines_of(name)]
+    assert sum(a != b for a, b in zip(converted, lines_of(name), strict=True)) > 10
+    logged = tmp_path / "logged" / name
+    shutil.copytree(plain, logged)
+    (logged / "server.log").write_text("\n".join(converted) + "\n")
+    saved = (plain / "server.log").stat().st_mtime                 # (the file time the plain one is read with)
+    os.utime(logged / "server.log", (saved, saved))
+    (want, want_summary), (got, got_summary) = summary(plain), summary(logged)
+    year_back = [(r, *(t.replace("2026", "2025", 1) if t else t for t in ts), ranks) for r, *ts, ranks in shape(want)]
+    assert shape(got) == year_back and got_summary["verdict"] == want_summary["verdict"]
+    with Store(":memory:") as st:
+        ingest_paths(st, [logged])
+        assert st.scalar("SELECT sum(unparsed_lines) FROM sources WHERE kind = 'server_log'") == 0
+        assert st.scalar("SELECT count(*) FROM vllm_stats") == \
+            sum("Avg prompt throughput" in ln for ln in lines_of(name))
+
+
 def test_chunks_of_a_plain_vllm_log_end_before_a_record(tmp_path: Path):
     """A chunk never ends inside a record: the engine core's traceback stays with its first line."""
     from hangforensics.readers.logfile import iter_chunks

@@ -19,13 +19,15 @@ _KINDS = KindTable(KINDS, "vllm")
 FEW = 256                   # up to this many records: a few steps in Python instead of polars operations
 _IS_VLLM = pl.col("kind") == "vllm"
 _FIELDS = [pl.col("_vparts").struct.field(f).alias(n)
-           for f, n in (("vts", "_vts"), ("vmsg", "_vmsg"), ("vproc", "_vproc"), ("vpid", "_vpid"))]
-_VDT = pl.concat_str([pl.col("ctx_ts").dt.year().cast(pl.String), pl.lit("-"), pl.col("_vts")]) \
-    .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False).alias("_vdt")
-# beside a dated line or an envelope time: the nearest year; with only the file's modification time: the
-# date at or before it
+           for f, n in (("vmsg", "_vmsg"), ("vproc", "_vproc"), ("vpid", "_vpid"), ("vyear", "_vyear"))] + [
+    pl.coalesce(pl.col("_vparts").struct.field("vts"), pl.col("_vparts").struct.field("vts2")).alias("_vts")]
+_VDT = pl.concat_str([pl.coalesce(pl.col("_vyear"), pl.col("ctx_ts").dt.year().cast(pl.String)), pl.lit("-"),
+                      pl.col("_vts")]).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False).alias("_vdt")
+# a year-less time beside a dated line or an envelope time: the nearest year; with only the file's
+# modification time: the date at or before it (a time printed with its year: as printed)
 _VDT_YEAR = (
-    pl.when(pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=1)))
+    pl.when(pl.col("_vyear").is_not_null()).then(pl.col("_vdt"))
+    .when(pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=1)))
     .then(pl.col("_vdt").dt.offset_by("-1y"))
     .when(~pl.col("ctx_mtime") & (pl.col("_vdt") > pl.col("ctx_ts") + pl.duration(days=183)))
     .then(pl.col("_vdt").dt.offset_by("-1y"))
@@ -40,7 +42,7 @@ def with_vllm_fields(ev: pl.DataFrame) -> pl.DataFrame:
     year from the nearest dated evidence: ``ctx_ts``), ``_vmsg``, ``_vrank`` (a worker's rank label, else
     the process name), ``_vattrs`` (JSON) and ``kind`` refined (``vllm_stats``, ``vllm_shm_wait``, ...)."""
     ev = ev.lazy().with_columns(pl.when(_IS_VLLM).then(pl.col("body").str.extract_groups(VLLM_LINE)).alias("_vparts")) \
-        .with_columns(_FIELDS).drop("_vparts").with_columns(_VDT).with_columns(_VDT_YEAR) \
+        .with_columns(_FIELDS).drop("_vparts").with_columns(_VDT).with_columns(_VDT_YEAR).drop("_vyear") \
         .collect(engine="in-memory", optimizations=pl.QueryOptFlags.none())
     kind = ev.get_column("kind")
     is_vllm = kind == "vllm"

@@ -15,9 +15,16 @@ import re
 # The process tag: a name (one word, or a word and a rank suffix such as 'TP1' or 'rank=1'), the pid, and
 # the node's address on Ray.  Rust-regex and Python syntax alike (polars runs it).
 PROC_TAG = r"\((?:(?P<vproc>[A-Za-z_][\w.-]*(?: [\w=.-]+)?) )?pid=(?P<vpid>\d+)(?:, ip=[\d.]+)?\)\s*"
+# vLLM's records under a user's own logging format (VLLM_CONFIGURE_LOGGING=0 and a framework's handler, or
+# a logging config): Python logging's '%(asctime)s - %(name)s - %(levelname)s - %(message)s', the logger one
+# of vLLM's modules ('2024-12-23 18:28:10 - vllm.engine.metrics - INFO - Avg prompt throughput: ...').
+# Dated in full: the year is its own.
+PYLOG_HEAD = (r"(?P<vyear>\d{4})-(?P<vts2>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? - (?P<vlogger>vllm(?:\.[\w.]+)?) - "
+              r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
 VLLM_LINE = (
-    rf"^(?:{PROC_TAG})?(?P<vlvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"(?P<vts>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?(?P<vsrc>[^\]\s:]+):(?P<vline>\d+)\] (?P<vmsg>.*)$"
+    rf"^(?:{PROC_TAG})?(?:(?P<vlvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?P<vts>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?(?P<vsrc>[^\]\s:]+):(?P<vline>\d+)\] "
+    rf"|{PYLOG_HEAD})(?P<vmsg>.*)$"
 )
 
 # Message kinds of vLLM records (first match wins): stats lines, the messages of a hung or dead engine,
