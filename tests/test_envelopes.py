@@ -572,7 +572,8 @@ STACKS = [EnvelopeStack()] + [EnvelopeStack((n,), (p,)) for n, ps in {
     "kubectl": [""], "cri": [""], "docker_json": [""], "journald": ["short", "short-iso", "json"],
     "syslog": ["5424", "3164"], "fluentbit": ["log\tdate"], "vector": ["message\ttimestamp"], "ansi": [""],
     "compose": [""], "markdown": ["", "fenced", "quote,fenced"], "viewer_lineno": ["bracket", "pipe", "colon", "tab"],
-    "viewer_ts": [" "], "hard_wrap": ["8", "20"], "time_of_day": [""]}.items() for p in ps] + [
+    "viewer_ts": [" "], "hard_wrap": ["8", "20"], "time_of_day": [""], "inline_records": [""]}.items() for p in ps] + [
+    EnvelopeStack(("markdown", "inline_records"), ("fenced", "")),
     EnvelopeStack(("markdown", "compose", "kubectl"), ("fenced", "", "")),
     EnvelopeStack(("hard_wrap", "markdown", "cri"), ("12", "fenced", "")),
     EnvelopeStack(("cri", "hard_wrap", "markdown"), ("", "10", "quote,fenced")),
@@ -585,7 +586,8 @@ PIECES = ["2026-05-24T03:44:45.123456789Z ", " stderr P ", " stdout F ", "sglang
           '"__REALTIME_TIMESTAMP":"99999999999999999999"}', "May 24 03:44:45 gpu-07 python3[1]: ", "Feb 29 ",
           "<14>1 - - - - - - ", "<14>May 24 03:44:45 h a: ", "[2026-05-24 03:44:45 TP0] ", "[23:59:58 TP1] ", "[80746] ", " 1234 | ",
           "12:", " 34513\t", "\x1b[32m", "\x1b]0;t\x07", "\r", "\t", "    ", "\\", '"', "{", "}", "9999-99-99T99:99:99Z ",
-          "0000-01-01T00:00:00+99:99 "]
+          "0000-01-01T00:00:00+99:99 ", "INFO 05-01 10:00:05 [loggers.py:116] ", "(VllmWorker TP1 pid=4) ",
+          "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: ", "Engine 000: ", "`"]
 line_st = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=8)), max_size=6).map("".join).map(
     lambda s: s.replace("\n", ""))
 

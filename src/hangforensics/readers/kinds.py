@@ -35,6 +35,7 @@ LOG_SNIFF = re.compile(
     r"|(?:\[rank\d+\]:)?\[[IWEF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+| [\w.]+\.\w+:\d+\])"    # torch glog (< 2.3: no time)
     r"|(?:\([\w .=-]*pid=\d+(?:, ip=[\d.]+)?\)\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"  # vLLM
     r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? - vllm(?:\.[\w.]+)? - [A-Z]+ - "    # vLLM under logging's format
+    r"|Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: "      # a vLLM stats message alone
     r"|Environment: \S+="
     # a torch.distributed job's own lines: a rank's traceback or error under torchrun's prefix, torchrun's
     # elastic agent (glog form, or logging's default before torch 2.3), its failure summary, a gloo abort

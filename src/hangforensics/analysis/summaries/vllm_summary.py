@@ -47,7 +47,8 @@ class StackFact:
 
 @dataclass
 class VllmFacts:
-    last: dict[str, Any] | None            # the last stats line of the engine (any series)
+    last: dict[str, Any] | None            # the last stats line of the engine (any series; an undated one, a
+                                           # message pasted without its head, only when no other is dated)
     stats_lines: int
     interval: float | None
     series: list[str]
@@ -78,8 +79,8 @@ def gather_all(store: Store, engines: list[str], stalls: dict[str, dict[str, Any
     """``gather`` of every engine of ``engines`` (``stalls``: each one's stall, or None) in a fixed number of
     queries."""
     last = {r["engine"]: r for r in store.query(
-        "SELECT * EXCLUDE (n) FROM (SELECT *, row_number() OVER (PARTITION BY engine ORDER BY ts DESC, line DESC) AS n "
-        "FROM vllm_series WHERE list_contains(?, engine) AND ts IS NOT NULL) WHERE n = 1", [engines])}
+        "SELECT * EXCLUDE (n) FROM (SELECT *, row_number() OVER (PARTITION BY engine ORDER BY ts DESC NULLS LAST, "
+        "line DESC) AS n FROM vllm_series WHERE list_contains(?, engine)) WHERE n = 1", [engines])}
     agg = {r["engine"]: r for r in store.query(
         """SELECT engine, count(*) AS n, list(DISTINCT series) AS series, median(g) FILTER (WHERE g > 0) AS interval
            FROM (SELECT engine, series,
@@ -219,12 +220,16 @@ def quiet_verdict(vf: VllmFacts, span_end: datetime | None) -> str | None:
     if vf.last is None:
         return None
     last = vf.last
+    counts = (f"{last['prompt_tps'] or 0:.1f} prompt and {last['gen_tps'] or 0:.1f} generation tokens/s with "
+              f"{last['running']} running and {last['waiting']} waiting")
+    if last["ts"] is None or vf.stats_lines <= 1:       # one moment (a line quoted in a ticket): no trend
+        when = "pasted without its time" if last["ts"] is None else f"at {last['ts']:%H:%M:%S}"
+        return (f"one moment of serving: the only vLLM stats line, {when}, shows {counts} (one line cannot show "
+                f"a stall: the log around it, with its times, can)")
     if not (last["running"] or 0) and not (last["waiting"] or 0):
         return (f"idle since {last['ts']:%H:%M:%S}: its last stats line counts no running and no waiting request "
                 f"(vLLM then prints its stats at DEBUG only)")
-    return (f"serving to the end of the evidence: the last stats line ({last['ts']:%H:%M:%S}) shows "
-            f"{last['prompt_tps'] or 0:.1f} prompt and {last['gen_tps'] or 0:.1f} generation tokens/s with "
-            f"{last['running']} running and {last['waiting']} waiting")
+    return f"serving to the end of the evidence: the last stats line ({last['ts']:%H:%M:%S}) shows {counts}"
 
 
 def facts(vf: VllmFacts) -> list[str]:

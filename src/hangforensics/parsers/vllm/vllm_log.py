@@ -19,8 +19,9 @@ _KINDS = KindTable(KINDS, "vllm")
 FEW = 256                   # up to this many records: a few steps in Python instead of polars operations
 _IS_VLLM = pl.col("kind") == "vllm"
 _FIELDS = [pl.col("_vparts").struct.field(f).alias(n)
-           for f, n in (("vmsg", "_vmsg"), ("vproc", "_vproc"), ("vpid", "_vpid"), ("vyear", "_vyear"))] + [
-    pl.coalesce(pl.col("_vparts").struct.field("vts"), pl.col("_vparts").struct.field("vts2")).alias("_vts")]
+           for f, n in (("vproc", "_vproc"), ("vpid", "_vpid"), ("vyear", "_vyear"))] + [
+    pl.coalesce(pl.col("_vparts").struct.field(a), pl.col("_vparts").struct.field(b)).alias(n)
+    for a, b, n in (("vts", "vts2", "_vts"), ("vmsg", "vbare", "_vmsg"))]
 _VDT = pl.concat_str([pl.coalesce(pl.col("_vyear"), pl.col("ctx_ts").dt.year().cast(pl.String)), pl.lit("-"),
                       pl.col("_vts")]).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False).alias("_vdt")
 # a year-less time beside a dated line or an envelope time: the nearest year; with only the file's

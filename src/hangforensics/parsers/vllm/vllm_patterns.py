@@ -21,10 +21,12 @@ PROC_TAG = r"\((?:(?P<vproc>[A-Za-z_][\w.-]*(?: [\w=.-]+)?) )?pid=(?P<vpid>\d+)(
 # Dated in full: the year is its own.
 PYLOG_HEAD = (r"(?P<vyear>\d{4})-(?P<vts2>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? - (?P<vlogger>vllm(?:\.[\w.]+)?) - "
               r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
+# A stats line's message pasted without its head (a reporter's inline code): a record with no time.
+STATS_MESSAGE = r"(?:Engine \d+: )?Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: "
 VLLM_LINE = (
-    rf"^(?:{PROC_TAG})?(?:(?P<vlvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    rf"^(?:{PROC_TAG})?(?:(?:(?P<vlvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
     r"(?P<vts>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?(?P<vsrc>[^\]\s:]+):(?P<vline>\d+)\] "
-    rf"|{PYLOG_HEAD})(?P<vmsg>.*)$"
+    rf"|{PYLOG_HEAD})(?P<vmsg>.*)|(?P<vbare>{STATS_MESSAGE}.*))$"
 )
 
 # Message kinds of vLLM records (first match wins): stats lines, the messages of a hung or dead engine,

@@ -22,6 +22,7 @@ from .pastes import (
     _Launcher,
     _ProcTag,
     _wrap_continues,
+    holds_inline_record,
 )
 from .unwrap import NONE, EnvelopeStack, Unwrapped, Unwrapper
 
@@ -379,6 +380,11 @@ def _detect_time_of_day(lines: list[str], need: float) -> str | None:
 
 
 # Tried in this order at each level, outermost envelope first.
+def _detect_inline_records(lines: list[str], need: float) -> str | None:
+    """A vLLM record inside a line of the sample (quoted in prose, glued after another): one is enough."""
+    return "" if any(holds_inline_record(s) for s in _nonblank(lines)) else None
+
+
 _DETECTORS: list[tuple[str, Callable[[list[str], float], str | tuple[str, str] | None]]] = [
     ("ansi", _detect_ansi),
     ("hard_wrap", _detect_hard_wrap),
@@ -395,6 +401,7 @@ _DETECTORS: list[tuple[str, Callable[[list[str], float], str | tuple[str, str] |
     ("proc_tag", _detect_proc_tag),
     ("indent", _detect_indent),
     ("time_of_day", _detect_time_of_day),
+    ("inline_records", _detect_inline_records),
 ]
 MAX_LAYERS = 4
 SAMPLE_LINES = 200

@@ -88,7 +88,8 @@ class _Markdown(_Layer):
             if "<" in s[:4] and _TAG.match(s):
                 drop(ln, sp)
                 continue
-            if self.fenced and self.fence is None and (not EVIDENCE.match(s) if s.strip() else not quoted):
+            if self.fenced and self.fence is None and \
+                    (not (EVIDENCE.match(s) or holds_inline_record(s)) if s.strip() else not quoted):
                 drop(ln, sp)                 # prose, or a blank line between blocks, outside the fences
                 continue
             out.add(s, ln, sp, t)
@@ -369,3 +370,74 @@ class _Indent(_Layer):
         if not ws:
             return it
         return _Items([s[n:] if s.startswith(ws) else s for s in it.txt], it.ln, it.sp, it.ts)
+
+
+# -- vLLM records inside a line: quoted in prose or inline code, or glued into one paragraph -------------
+# A vLLM record's head (its process tag with it), or a stats line's message pasted without one.
+_INLINE_HEAD = re.compile(
+    r"(?:\((?:[A-Za-z_][\w.-]*(?: [\w=.-]+)? )?pid=\d+(?:, ip=[\d.]+)?\)\s*)?"
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[^\]\s:]+:\d+\] "
+    r"|(?P<bare>(?:Engine \d+: )?Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: )", re.ASCII)
+_LEVEL_HINTS = ("INFO ", "WARNING ", "ERROR ", "DEBUG ", "CRITICAL ")
+_INLINE_HINTS = (*_LEVEL_HINTS, "Avg prompt throughput: ")
+# what closed the quote or the inline code around a record ('...0.0%".', '...0.0%`')
+_CLOSING = re.compile(r"""\s*["'`]+[.,;:)]*\s*$""")
+# a line that begins with a record of its own (SGLang's, torch's glog, vLLM's, vLLM's under Python logging's format)
+_OWN_HEAD = re.compile(r"\s*(?:\[\d{4}-\d\d-\d\d |\[rank\d+\]:\[|(?:\([^)]*pid=\d+[^)]*\)\s*)?(?:DEBUG|INFO|WARNING|"
+                       r"ERROR|CRITICAL) \d\d-\d\d |[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\S* - )",
+                       re.ASCII)
+
+
+def inline_heads(s: str) -> list[int]:
+    """Where the vLLM records inside line ``s`` begin; [] without one.  A stats message without a head begins
+    one only where no record began before it on the line (else it is that record's message)."""
+    if not any(h in s for h in _INLINE_HINTS):
+        return []
+    starts: list[int] = []
+    own = None
+    for m in _INLINE_HEAD.finditer(s):
+        if m.group("bare") is not None:
+            if own is None:
+                own = _OWN_HEAD.match(s) is not None
+            if starts or own:
+                continue
+        starts.append(m.start())
+    return starts
+
+
+def holds_inline_record(s: str) -> bool:
+    """Whether line ``s`` holds a vLLM record that is not its own start: quoted after prose, or a second one
+    glued after the first."""
+    if ".py:" not in s and "Avg prompt" not in s:       # (a vLLM head names its source file: most lines go here)
+        return False
+    own = _OWN_HEAD.match(s)
+    if own is not None:         # (a log's every line: only another head after its own can make one; a cheap test)
+        rest = s[own.end():]
+        if not any(h in rest for h in _LEVEL_HINTS):
+            return False
+    starts = inline_heads(s)
+    return bool(starts) and (starts[0] > 0 or len(starts) > 1)
+
+
+class _InlineRecords(_Layer):
+    """vLLM records inside a line: quoted in a reporter's prose ('stats show that "INFO 10-27 20:44:35
+    llm_engine.py:624] Avg prompt throughput: ..."'), in inline code, a stats message pasted without its head,
+    or several glued into one paragraph (a paste that lost its newlines).  Each record becomes a payload line
+    of its own (the further ones from the same physical line, span 0); the prose before the first, and the
+    quote or code mark closing one, are the envelope's.  A line that begins with a record of its own keeps it."""
+
+    name = "inline_records"
+
+    def run(self, it: _Items, final: bool) -> _Items:
+        out = _Items()
+        for s, ln, sp, t in it:
+            starts = inline_heads(s)
+            if not starts or (starts == [0]):
+                out.add(s, ln, sp, t)
+                continue
+            if starts[0] > 0 and _OWN_HEAD.match(s):
+                starts = [0, *starts]
+            for k, a in enumerate(starts):
+                piece = s[a:starts[k + 1]] if k + 1 < len(starts) else s[a:]
+                out.add(_CLOSING.sub("", piece.rstrip()) if k or a else piece.rstrip(), ln, sp if k == 0 else 0, t)
+        return out

@@ -16,6 +16,7 @@ from .pastes import (
     _Compose,
     _HardWrap,
     _Indent,
+    _InlineRecords,
     _Launcher,
     _Markdown,
     _ProcTag,
@@ -28,7 +29,7 @@ from .times import _Years
 _LAYERS: dict[str, type[_Layer]] = {
     cls.name: cls for cls in (_Kubectl, _Cri, _DockerJson, _Journald, _Syslog, _Compose, _Ansi, _Markdown,
                               _ViewerLineno, _ViewerTs, _HardWrap, _Fluentbit, _Vector, _ProcTag, _Indent,
-                              _Launcher, _TimeOfDay)
+                              _Launcher, _TimeOfDay, _InlineRecords)
 }
 # Every layer name detect() can return.
 LAYER_NAMES = tuple(_LAYERS)
