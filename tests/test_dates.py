@@ -78,6 +78,10 @@ def test_a_torch_paste_takes_the_year_of_its_engines_server_log(tmp_path: Path):
         last = datetime.strptime(log[-1][1:20], "%Y-%m-%d %H:%M:%S")        # the log's last line (its tail)
         assert src["last_dated"] is None and src["year_near"] == last
         f = by_rule(run_rules(st))
+        (facts,) = [r["facts"] for r in st.query("SELECT facts FROM engine_summaries")]
+    said = [s for s in facts if s.startswith("Lines printed without a year")]
+    assert said == [f"Lines printed without a year (torch_stderr.txt) are dated by the engine's other evidence, whose "
+                    f"latest full date is {last:%Y-%m-%d %H:%M:%S}, not by their file's time."]
     (stall,) = f["stall-onset"]
     (sig,) = f["known-signature"]
     assert stall["ts"].year == sig["ts"].year == 2025 and 0 < (sig["ts"] - stall["ts"]).total_seconds() < 600
@@ -90,7 +94,10 @@ def test_without_dated_evidence_of_its_engine_a_paste_is_dated_by_its_file_time(
     with Store(":memory:") as st:
         ingested(tmp_path, st, mode="fleet")
         (t,) = torch_times(st)
+        run_rules(st)
+        facts = [s for r in st.query("SELECT facts FROM engine_summaries") for s in r["facts"]]
     assert t == datetime(2026, 11, 5, 10, 14, 55, 123456)
+    assert not [s for s in facts if s.startswith("Lines printed without a year")]
 
 
 def test_a_head_dates_by_its_first_full_date_and_a_tail_by_its_last():

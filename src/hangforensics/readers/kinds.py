@@ -195,7 +195,8 @@ def probe_content(path: Path) -> ContentProbe:
     dated = None
     if head is not None and kind in DATING_KINDS:
         with contextlib.suppress(OSError):
-            dated = last_full_date(head, "" if compressed else _tail_text(path, path.stat().st_size))
+            size = path.stat().st_size       # (a file within its head: the head is its tail too)
+            dated = last_full_date(head, "" if compressed else head if size <= HEAD_BYTES else _tail_text(path, size))
     return ContentProbe(kind, hhash, compressed, stack, dated)
 
 

@@ -59,6 +59,8 @@ class Evidence:
     job: rank_deaths.JobDeaths = field(default_factory=rank_deaths.JobDeaths)  # torchrun's worker exits, c10d errors
     reporter: reporter_facts.ReporterFacts = field(default_factory=reporter_facts.ReporterFacts)  # a person's summary
     restarts: list[dict] = field(default_factory=list)    # runs begun without a start line in the evidence (runs)
+    # files whose lines print no year, dated by the engine's other evidence: paths and that evidence's moment
+    dated_by_engine: dict | None = None
     places: places_mod.Places = field(default_factory=places_mod.Places)   # where the ranks of the dumps stand
 
     def rules(self) -> set[str]:
@@ -218,6 +220,12 @@ def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None
                              "ORDER BY engine, rowid", [engines]), keep=True)
     restarts = _by_engine(q("SELECT engine, start_ts, started_by FROM runs WHERE list_contains(?, engine) "
                             "AND started_by IN (?, ?) ORDER BY engine, segment", [engines, LABELS, LOGS_RESUMED]))
+    # (a file of no full date whose records were dated: their year is the engine's other evidence's)
+    dated_by_engine = {r["engine"]: r for r in q(
+        "SELECT s.engine, list(s.path ORDER BY s.path) AS paths, max(s.year_near) AS near FROM sources s "
+        "WHERE list_contains(?, s.engine) AND s.status = 'ok' AND s.last_dated IS NULL AND s.year_near IS NOT NULL "
+        "AND EXISTS (SELECT 1 FROM events v WHERE v.engine = s.engine AND v.path = s.path AND v.ts IS NOT NULL "
+        "AND v.collected_ts IS NULL) GROUP BY s.engine", [engines])}
     places = places_mod.gather_all(store, engines)
     vllm = vllm_summary.gather_all(store, [e for e in engines if e in vllm_set],
                                    {e: stalls.get(e) for e in engines if e in vllm_set}) if vllm_set else {}
@@ -243,6 +251,7 @@ def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None
         ev.reporter = reporters[e]
         ev.vllm = vllm.get(e)
         ev.restarts = restarts.get(e, [])
+        ev.dated_by_engine = dated_by_engine.get(e)
         ev.places = places[e]
         out[e] = ev
     return out
@@ -402,6 +411,11 @@ def _facts(ev: Evidence) -> list[str]:
                if r["started_by"] == LOGS_RESUMED else "the batch lines' rank labels change form there")
         facts.append(f"Another run of the server from {r['start_ts']:%Y-%m-%d %H:%M:%S}, its start line not in the "
                      f"evidence ({why}): each run is judged on its own.")
+    if ev.dated_by_engine is not None:
+        d = ev.dated_by_engine
+        more = f" and {len(d['paths']) - 1} more" if len(d["paths"]) > 1 else ""
+        facts.append(f"Lines printed without a year ({d['paths'][0]}{more}) are dated by the engine's other "
+                     f"evidence, whose latest full date is {d['near']:%Y-%m-%d %H:%M:%S}, not by their file's time.")
     if ev.last_progress is not None and not ev.stall:
         lp = ev.last_progress
         facts.append(f"Last progress line at {lp['ts']:%Y-%m-%d %H:%M:%S}"
@@ -410,7 +424,8 @@ def _facts(ev: Evidence) -> list[str]:
     if ev.torch:
         for t in ev.torch[:3]:
             ranks = [r for r in t["ranks"] if r is not None]
-            facts.append(f"ProcessGroupNCCL timeout of SeqNum={t['seq']} in {t['pg']} reported by "
+            where = f" in {t['pg']}" if t["pg"] not in (None, "", "?") else ""       # (a line naming no group)
+            facts.append(f"ProcessGroupNCCL timeout of SeqNum={t['seq']}{where} reported by "
                          f"{len(ranks)} rank(s): {', '.join(f'rank{r}' for r in ranks)}.")
     if ev.vllm:
         facts += vllm_summary.facts(ev.vllm)
