@@ -97,3 +97,31 @@ def test_request_text_is_redacted_in_json_and_tables_unless_show_payloads(tmp_pa
     assert PROMPT in evidence                                     # the evidence views keep what the files say
     doc, findings, summaries, _ = _canary_everywhere(tmp_path, show=True)
     assert PROMPT in doc and PROMPT in findings
+
+
+HEARTBEAT = ("[rank{r}]:[E608 14:09:10.21013{r}079 ProcessGroupNCCL.cpp:1484] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
+             "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+             "collectives. This typically indicates a NCCL/CUDA API (e.g., CudaEventDestroy) hang blocking the watchdog.")
+
+
+def test_torchs_heartbeat_monitor_alone_is_said_in_its_own_words(tmp_path: Path):
+    """Only the heartbeat monitor's lines (the watchdog thread itself blocked): what it means, on which ranks,
+    since when; not the raw glog lines quoted as a death."""
+    eng = tmp_path / "beat"
+    eng.mkdir()
+    (eng / "stderr.txt").write_text("\n".join(HEARTBEAT.format(r=r) for r in (0, 1)) + "\n")
+    (e,) = _doc(eng, tmp_path)["engines"]
+    assert e["verdict"] == ("Torch's heartbeat monitor took the process down on rank0, rank1 at 14:09:10: "
+                            "ProcessGroupNCCL's own watchdog thread was stuck for 480 s (a CUDA or NCCL call blocked "
+                            "it: the GPU or NCCL hung under it), but no progress line or stack says where the ranks "
+                            "stopped.")
+
+
+def test_a_death_beside_the_heartbeat_quotes_the_lines_without_their_glog_prefix(tmp_path: Path):
+    eng = tmp_path / "died"
+    eng.mkdir()
+    (eng / "log.txt").write_text("ERROR 10-30 11:56:48 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 198 "
+                                 "died, exit code: -6\n" + HEARTBEAT.format(r=0).replace("E608 14:09:10", "E1030 11:56:49") + "\n")
+    (e,) = _doc(eng, tmp_path)["engines"]
+    assert e["verdict"].startswith("A process of the engine died or was killed (Worker VllmWorkerProcess pid 198 died")
+    assert "ProcessGroupNCCL's watchdog got stuck for 480 seconds" in e["verdict"] and "[rank0]:[E1030" not in e["verdict"]

@@ -8,6 +8,7 @@ this evidence could not, specific to what is missing.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -382,12 +383,27 @@ def _quiet_verdict(ev: Evidence) -> str:
     if not _known_files(ev):
         return f"no evidence this tool reads: {sum(ev.files.values())} file(s) of no known format"
     if ev.deaths:
-        said = "; ".join(_clip((d["message"] or d["kind"]).strip(), 100)
+        beats = [m for d in ev.deaths if d["kind"] == "torch_nccl" and (m := _HEARTBEAT.search(d["message"] or ""))]
+        if len(beats) == len(ev.deaths):        # torch's heartbeat monitor, nothing else: its own words
+            secs = next((m.group(1) for m in beats if m.group(1)), None)
+            ranks = sorted({d["rank"] for d in ev.deaths if d["rank"]}, key=rank_key)
+            first = min((d["ts"] for d in ev.deaths if d["ts"]), default=None)
+            return ("torch's heartbeat monitor took the process down" + (f" on {', '.join(ranks)}" if ranks else "")
+                    + (f" at {_hm(first)}" if first else "") + ": ProcessGroupNCCL's own watchdog thread was stuck"
+                    + (f" for {secs} s" if secs else "") + " (a CUDA or NCCL call blocked it: the GPU or NCCL hung "
+                    "under it), but no progress line or stack says where the ranks stopped")
+        said = "; ".join(_clip(_GLOG_PREFIX.sub("", (d["message"] or d["kind"]).strip()) or d["kind"], 100)
                          + (f" ({d['rank']})" if d["rank"] else "") + (f" at {_hm(d['ts'])}" if d["ts"] else "")
                          for d in ev.deaths)
         return (f"a process of the engine died or was killed ({said}), but no progress line, watchdog or stack "
                 f"says when or where it stopped")
     return "nothing that shows a hang: no progress lines, watchdogs, timeouts or stacks"
+
+
+# torch's heartbeat monitor: the watchdog thread itself blocked (sglang-formats.md §8.2, 8; older torch's words)
+_HEARTBEAT = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor timed out")
+# a glog line's prefix and its process group's, before the words a verdict quotes
+_GLOG_PREFIX = re.compile(r"^(?:\[rank\d+\]:)?\[[IWEF][\d :.]*\S*\.\w+:\d+\] (?:\[(?:PG [^\]]*)?Rank \d+\] ?)*")
 
 
 def _clip(text: str, limit: int) -> str:
