@@ -58,6 +58,7 @@ def ingested(folder: Path, st: Store, mode: str = "engine") -> Store:
     ("torch 2.5.0.dev20240915 E1105 10:12:45.1 [1105 10:12:45]", None),        # a version, glog: no full date
     ("2025-13-05 10:12:45 2025-11-32 10:12:45 2025-11-05 24:00:00", None),     # no such month, day or hour
     ("0.2025-11-05 10:12:45", None),                                            # inside a longer number
+    ("1970-01-01 00:00:03 a clock never set", None),
 ])
 def test_a_full_date_is_a_four_digit_year_with_month_day_and_time(text: str, want: datetime | None):
     got = last_full_date("noise before\n" + text)

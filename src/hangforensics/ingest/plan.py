@@ -155,7 +155,7 @@ def date_engines(plans: list[Plan]) -> bool:
     latest: dict[str, float] = {}
     for p in plans:
         if p.last_dated is not None and p.action not in _NOT_EVIDENCE:
-            latest[p.file.engine] = max(latest.get(p.file.engine, p.last_dated), p.last_dated)
+            _later(latest, p.file.engine, p.last_dated)
     again = False
     for p in plans:
         if p.action in _NOT_EVIDENCE:

@@ -120,7 +120,8 @@ class ContentProbe(NamedTuple):
 
 # A time printed with its full date (a four-digit year): SGLang's and Python logging's, a collector's ISO
 # 8601 (kubectl, CRI, docker), nvidia-smi's.  Year-less lines of the same engine take their year from one.
-FULL_DATE = re.compile(r"((?:19[7-9]|2\d\d)\d)([-/])(0[1-9]|1[0-2])\2(0[1-9]|[12]\d|3[01])[ T]"
+# This century's only: a clock never set prints 1970 (the evidence of when its lines were written is not it).
+FULL_DATE = re.compile(r"(20\d\d)([-/])(0[1-9]|1[0-2])\2(0[1-9]|[12]\d|3[01])[ T]"
                        r"([01]\d|2[0-3]):([0-5]\d):([0-5]\d)(?!\d)")
 # Kinds whose dates are the engine's evidence (not a copied text's: a reporter's prose, an unknown file)
 DATING_KINDS = frozenset({"server_log", "gpu_samples", "nccl_ras", "capture_manifest", "process_facts",
