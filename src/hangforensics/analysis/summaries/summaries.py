@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...parsers.collectives import torch_nccl
 from ...ranks import rank_key, rank_numbers
 from ...readers.kinds import STACK_KINDS as DUMP_KINDS
 from ...redaction import redact_payloads
@@ -176,8 +177,8 @@ def gather_evidence(store: Store, engines: list[str]) -> dict[str, Any]:
         world.setdefault(r["engine"], r["tp_size"])
     deaths = _by_engine(q(
         # a traceback pasted without its log line speaks through its exception line
-        """SELECT engine, kind, rank, ts, message FROM (
-             SELECT engine, kind, rank, ts, line,
+        """SELECT engine, kind, rank, ts, message, event FROM (
+             SELECT engine, kind, rank, ts, line, attrs->>'event' AS event,
                     CASE WHEN regexp_matches(message, '^(Traceback|  File )')
                          THEN COALESCE(attrs->>'exception', message) ELSE message END AS message,
                     row_number() OVER (PARTITION BY engine ORDER BY ts NULLS LAST, line) AS n
@@ -383,16 +384,16 @@ def _quiet_verdict(ev: Evidence) -> str:
     if not _known_files(ev):
         return f"no evidence this tool reads: {sum(ev.files.values())} file(s) of no known format"
     if ev.deaths:
-        beats = [m for d in ev.deaths if d["kind"] == "torch_nccl" and (m := _HEARTBEAT.search(d["message"] or ""))]
-        if len(beats) == len(ev.deaths):        # torch's heartbeat monitor, nothing else: its own words
-            secs = next((m.group(1) for m in beats if m.group(1)), None)
+        if all(d["kind"] == "torch_nccl" and d["event"] in HEARTBEAT_EVENTS for d in ev.deaths):
+            # torch's heartbeat monitor, nothing else: its own words
+            secs = next((m.group(1) for d in ev.deaths if (m := _STUCK_FOR.search(d["message"] or ""))), None)
             ranks = sorted({d["rank"] for d in ev.deaths if d["rank"]}, key=rank_key)
             first = min((d["ts"] for d in ev.deaths if d["ts"]), default=None)
             return ("torch's heartbeat monitor took the process down" + (f" on {', '.join(ranks)}" if ranks else "")
                     + (f" at {_hm(first)}" if first else "") + ": ProcessGroupNCCL's own watchdog thread was stuck"
                     + (f" for {secs} s" if secs else "") + " (a CUDA or NCCL call blocked it: the GPU or NCCL hung "
                     "under it), but no progress line or stack says where the ranks stopped")
-        said = "; ".join(_clip(_GLOG_PREFIX.sub("", (d["message"] or d["kind"]).strip()) or d["kind"], 100)
+        said = "; ".join(_clip(_glog_words((d["message"] or d["kind"]).strip()) or d["kind"], 100)
                          + (f" ({d['rank']})" if d["rank"] else "") + (f" at {_hm(d['ts'])}" if d["ts"] else "")
                          for d in ev.deaths)
         return (f"a process of the engine died or was killed ({said}), but no progress line, watchdog or stack "
@@ -400,10 +401,19 @@ def _quiet_verdict(ev: Evidence) -> str:
     return "nothing that shows a hang: no progress lines, watchdogs, timeouts or stacks"
 
 
-# torch's heartbeat monitor: the watchdog thread itself blocked (sglang-formats.md §8.2, 8; older torch's words)
-_HEARTBEAT = re.compile(r"watchdog got stuck for (\d+) seconds|Heartbeat monitor timed out")
-# a glog line's prefix and its process group's, before the words a verdict quotes
-_GLOG_PREFIX = re.compile(r"^(?:\[rank\d+\]:)?\[[IWEF][\d :.]*\S*\.\w+:\d+\] (?:\[(?:PG [^\]]*)?Rank \d+\] ?)*")
+# torch's heartbeat monitor: the watchdog thread itself blocked (sglang-formats.md §8.2, 8): the events
+# torch_nccl names so, and how long it waited
+HEARTBEAT_EVENTS = ("watchdog_stuck", "heartbeat_timeout")
+_STUCK_FOR = re.compile(r"watchdog got stuck for (\d+) seconds")
+
+
+def _glog_words(message: str) -> str:
+    """A torch line's words, without its glog head and its process group's prefixes."""
+    m = torch_nccl.GLOG_RE.match(message)
+    text = m.group("msg") if m else message
+    while (p := torch_nccl.PG_RE.match(text) or torch_nccl.WORK_RANK_RE.match(text)) is not None:
+        text = text[p.end():].lstrip()
+    return text
 
 
 def _clip(text: str, limit: int) -> str:

@@ -23,11 +23,15 @@ PYLOG_HEAD = (r"(?P<vyear>\d{4})-(?P<vts2>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? 
               r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
 # A stats line's message pasted without its head (a reporter's inline code): a record with no time.
 STATS_MESSAGE = r"(?:Engine \d+: )?Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: "
-VLLM_LINE = (
-    rf"^(?:{PROC_TAG})?(?:(?:(?P<vlvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"(?P<vts>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?(?P<vsrc>[^\]\s:]+):(?P<vline>\d+)\] "
-    rf"|{PYLOG_HEAD})(?P<vmsg>.*)|(?P<vbare>{STATS_MESSAGE}.*))$"
-)
+# vLLM's own record head: level, time without a year, source file and line
+RECORD_HEAD = (r"(?P<vlvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<vts>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? "
+               r"\[?(?P<vsrc>[^\]\s:]+):(?P<vline>\d+)\] ")
+VLLM_LINE = rf"^(?:{PROC_TAG})?(?:(?:{RECORD_HEAD}|{PYLOG_HEAD})(?P<vmsg>.*)|(?P<vbare>{STATS_MESSAGE}.*))$"
+
+
+def unnamed(rx: str) -> str:
+    """``rx`` with its named groups made plain ones (to be a part of another pattern with names of its own)."""
+    return re.sub(r"\(\?P<\w+>", "(?:", rx)
 
 # Message kinds of vLLM records (first match wins): stats lines, the messages of a hung or dead engine,
 # request arrivals and completions (``--enable-log-requests``), a server start.

@@ -7,8 +7,10 @@ import re
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ...parsers.vllm import vllm_patterns as vllm
+from ...parsers.vllm.vllm_patterns import unnamed
 from ...ranks import RANK_TAGS
-from .layers import EVIDENCE, LINE_START, _Items, _Layer, _PrefixLayer
+from .layers import EVIDENCE, LINE_START, PAYLOAD_HEAD, _Items, _Layer, _PrefixLayer
 from .times import _ZONE, _iso_ts
 
 if TYPE_CHECKING:
@@ -374,18 +376,14 @@ class _Indent(_Layer):
 
 # -- vLLM records inside a line: quoted in prose or inline code, or glued into one paragraph -------------
 # A vLLM record's head (its process tag with it), or a stats line's message pasted without one.
-_INLINE_HEAD = re.compile(
-    r"(?:\((?:[A-Za-z_][\w.-]*(?: [\w=.-]+)? )?pid=\d+(?:, ip=[\d.]+)?\)\s*)?"
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[^\]\s:]+:\d+\] "
-    r"|(?P<bare>(?:Engine \d+: )?Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: )", re.ASCII)
+_INLINE_HEAD = re.compile(rf"{unnamed(f'(?:{vllm.PROC_TAG})?{vllm.RECORD_HEAD}')}|(?P<bare>{vllm.STATS_MESSAGE})",
+                          re.ASCII)
 _LEVEL_HINTS = ("INFO ", "WARNING ", "ERROR ", "DEBUG ", "CRITICAL ")
 _INLINE_HINTS = (*_LEVEL_HINTS, "Avg prompt throughput: ")
 # what closed the quote or the inline code around a record ('...0.0%".', '...0.0%`')
 _CLOSING = re.compile(r"""\s*["'`]+[.,;:)]*\s*$""")
-# a line that begins with a record of its own (SGLang's, torch's glog, vLLM's, vLLM's under Python logging's format)
-_OWN_HEAD = re.compile(r"\s*(?:\[\d{4}-\d\d-\d\d |\[rank\d+\]:\[|(?:\([^)]*pid=\d+[^)]*\)\s*)?(?:DEBUG|INFO|WARNING|"
-                       r"ERROR|CRITICAL) \d\d-\d\d |[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\S* - )",
-                       re.ASCII)
+# a line that begins with a record of its own (a payload head; torchrun's glog; vLLM's under Python logging's format)
+_OWN_HEAD = re.compile(rf"\s*(?:{PAYLOAD_HEAD}|[IWEF]\d{{4}} \d\d:|{unnamed(vllm.PYLOG_HEAD)})", re.ASCII)
 
 
 def inline_heads(s: str) -> list[int]:
