@@ -14,6 +14,7 @@ gloo, torchrun and py-spy wrote.  The jobs take about 20 s each (gloo timeout 12
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -132,3 +133,30 @@ def test_real_job_verdict(s: Scenario, incidents: Path) -> None:
             (ts, stopped, run.capture_started)
     else:
         assert s.rule == "first-rank-stopped", "only an absent rank's stop may be unknown"
+
+
+def test_real_launcher_lines_saved_later_take_the_jobs_year(incidents: Path) -> None:
+    """A real job's output split as a ticket would hold it: the ranks' dated lines in one file, torchrun's
+    year-less glog lines and its failure summary in another, both saved 400 days after the job.  The launcher's
+    lines take the year of the job's dated lines (its engine's evidence), not the one their file time gives."""
+    from hangforensics.ingest.pipeline import ingest_paths
+    from hangforensics.readers.kinds import FULL_DATE
+    from hangforensics.store import Store
+
+    run = run_job("rank_dies", incidents, nproc=4, capture=False, timeout_s=TIMEOUT_S, name="rank_dies_split")
+    lines = (run.incident / "logs" / "job.log").read_text(errors="replace").splitlines()
+    dated = [s for s in lines if FULL_DATE.search(s)]
+    yearless = [s for s in lines if not FULL_DATE.search(s)]
+    assert dated and any(re.match(r"^(?:\[\w+\]:)?[IWEF]\d{4} ", s) for s in yearless), lines[:20]
+    ticket = incidents / "ticket" / "job"
+    ticket.mkdir(parents=True)
+    saved = (datetime.now() + timedelta(days=400)).timestamp()
+    for name, part in (("ranks.log", dated), ("launcher.txt", yearless)):
+        (ticket / name).write_text("\n".join(part) + "\n")
+        os.utime(ticket / name, (saved, saved))
+    with Store(":memory:") as st:
+        ingest_paths(st, [ticket], mode="engine")
+        own = st.query("SELECT min(ts) AS a, max(ts) AS b FROM events WHERE path = 'ranks.log'")[0]
+        launcher = [r["ts"] for r in st.query("SELECT ts FROM events WHERE path = 'launcher.txt' AND ts IS NOT NULL")]
+    assert launcher, "torchrun's lines gave no dated record"
+    assert all(own["a"] - timedelta(days=1) <= t <= own["b"] + timedelta(days=1) for t in launcher), (own, launcher)
