@@ -101,6 +101,40 @@ def test_without_dated_evidence_of_its_engine_a_paste_is_dated_by_its_file_time(
     assert not [s for s in facts if s.startswith("Lines printed without a year")]
 
 
+def day_less(hms: str, n: int) -> list[str]:
+    """SGLang 2024's batch lines, the time of day alone in their head (``[04:40:55 TP0]``), one a second."""
+    h, m, s = map(int, hms.split(":"))
+    return [f"[{h:02d}:{m:02d}:{s + i:02d} TP0] Decode batch. #running-req: 1, #token: 100, token usage: 0.01, "
+            f"gen throughput (token/s): 10.00, #queue-req: 0" for i in range(n)]
+
+
+def test_a_log_printing_the_time_of_day_alone_takes_its_day_from_its_engines_dated_log(tmp_path: Path):
+    """A 2024 release's log pasted today beside its engine's dated log of a year ago: its lines are on that
+    log's day, not today, and the summary says what dated them; alone, its file time dates them."""
+    eng = tmp_path / "eng"
+    log = hung_log("2025-03-02 10:00:00").lines
+    write(eng / "server.log", log)
+    write(eng / "tp0_paste.log", day_less("04:40:55", 3))
+    last = datetime.strptime(log[-1][1:20], "%Y-%m-%d %H:%M:%S")
+    with Store(":memory:") as st:
+        ingested(eng, st)
+        days = {r["ts"].date() for r in st.query("SELECT ts FROM batches WHERE path = 'tp0_paste.log'")}
+        run_rules(st)
+        (facts,) = [r["facts"] for r in st.query("SELECT facts FROM engine_summaries")]
+    assert days == {datetime(2025, 3, 2).date()}
+    assert [s for s in facts if s.startswith("Lines printed")] == [
+        f"Lines printed with the time of day alone (tp0_paste.log) are dated by the engine's other evidence, "
+        f"whose latest full date is {last:%Y-%m-%d %H:%M:%S}, not by their file's time."]
+    write(tmp_path / "alone" / "tp0_paste.log", day_less("04:40:55", 3))
+    with Store(":memory:") as st:
+        ingested(tmp_path / "alone", st)
+        days = {r["ts"].date() for r in st.query("SELECT ts FROM batches")}
+        run_rules(st)
+        facts = [s for r in st.query("SELECT facts FROM engine_summaries") for s in r["facts"]]
+    assert days == {datetime.fromtimestamp(TODAY).date()}
+    assert not [s for s in facts if s.startswith("Lines printed")]
+
+
 def test_a_head_dates_by_its_first_full_date_and_a_tail_by_its_last():
     head = "[2026-03-01 08:00:00 TP0] a\n[2026-03-01 09:00:00 TP0] b\n"
     tail = "[2026-12-05 10:00:00 TP0] c\n[2026-12-05 11:00:00 TP0] d\n[2026-12-05 10:30:00 TP0] e\n"

@@ -19,6 +19,7 @@ import pyarrow as pa
 from ...parsers.collectives import torch_nccl
 from ...ranks import rank_key, rank_numbers
 from ...readers.kinds import STACK_KINDS as DUMP_KINDS
+from ...readers.payload import DATING_LAYERS
 from ...redaction import redact_payloads
 from ...store import Store
 from ...store.views import TP_SIZES
@@ -222,12 +223,15 @@ def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None
                              "ORDER BY engine, rowid", [engines]), keep=True)
     restarts = _by_engine(q("SELECT engine, start_ts, started_by FROM runs WHERE list_contains(?, engine) "
                             "AND started_by IN (?, ?) ORDER BY engine, segment", [engines, LABELS, LOGS_RESUMED]))
-    # (a file of no full date whose records were dated: their year is the engine's other evidence's)
+    # (a file of no full date whose records were dated: their year is the engine's other evidence's, and a
+    # log that prints the time of day alone takes its day from it too)
     dated_by_engine = {r["engine"]: r for r in q(
-        "SELECT s.engine, list(s.path ORDER BY s.path) AS paths, max(s.year_near) AS near FROM sources s "
+        "SELECT s.engine, list(s.path ORDER BY s.path) FILTER (WHERE NOT day) AS paths, "
+        "list(s.path ORDER BY s.path) FILTER (WHERE day) AS day_paths, max(s.year_near) AS near FROM ("
+        "  SELECT *, COALESCE(len(list_intersect(string_split(envelope, '+'), ?)) > 0, false) AS day FROM sources) s "
         "WHERE list_contains(?, s.engine) AND s.status = 'ok' AND s.last_dated IS NULL AND s.year_near IS NOT NULL "
-        "AND EXISTS (SELECT 1 FROM events v WHERE v.engine = s.engine AND v.path = s.path AND v.ts IS NOT NULL "
-        "AND v.collected_ts IS NULL) GROUP BY s.engine", [engines])}
+        "AND (day OR EXISTS (SELECT 1 FROM events v WHERE v.engine = s.engine AND v.path = s.path "
+        "AND v.ts IS NOT NULL AND v.collected_ts IS NULL)) GROUP BY s.engine", [sorted(DATING_LAYERS), engines])}
     places = places_mod.gather_all(store, engines)
     vllm = vllm_summary.gather_all(store, [e for e in engines if e in vllm_set],
                                    {e: stalls.get(e) for e in engines if e in vllm_set}) if vllm_set else {}
@@ -439,9 +443,11 @@ def _facts(ev: Evidence) -> list[str]:
                      f"evidence ({why}): each run is judged on its own.")
     if ev.dated_by_engine is not None:
         d = ev.dated_by_engine
-        more = f" and {len(d['paths']) - 1} more" if len(d["paths"]) > 1 else ""
-        facts.append(f"Lines printed without a year ({d['paths'][0]}{more}) are dated by the engine's other "
-                     f"evidence, whose latest full date is {d['near']:%Y-%m-%d %H:%M:%S}, not by their file's time.")
+        for paths, what in ((d["paths"], "without a year"), (d["day_paths"], "with the time of day alone")):
+            if paths:
+                more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
+                facts.append(f"Lines printed {what} ({paths[0]}{more}) are dated by the engine's other evidence, "
+                             f"whose latest full date is {d['near']:%Y-%m-%d %H:%M:%S}, not by their file's time.")
     if ev.last_progress is not None and not ev.stall:
         lp = ev.last_progress
         facts.append(f"Last progress line at {lp['ts']:%Y-%m-%d %H:%M:%S}"
