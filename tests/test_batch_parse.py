@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hangforensics.ingest import batch_parse, parallel
+from hangforensics.ingest.jobs import rows_inline
 from hangforensics.ingest.plan import Plan, plan_files
 from hangforensics.ingest.worker import parse_to_ipc
 from hangforensics.parsers.sglang import sglang_log
@@ -33,7 +34,7 @@ def _rows(manifest: list[tuple[str, Any]]) -> dict[str, list]:
         if table == "__checkpoint__":
             out.setdefault(table, []).append(v)
             continue
-        t = v if isinstance(v, pa.Table) else pa.ipc.open_file(v).read_all()
+        t = rows_inline(v) if isinstance(v, bytes) else pa.ipc.open_file(v).read_all()
         out.setdefault(table, []).extend(t.to_pylist())
     return out
 

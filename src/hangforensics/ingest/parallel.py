@@ -31,7 +31,7 @@ from .batch_parse import (
     PLAIN_BATCH_FILE_BYTES,
     parse_batch_to_ipc,
 )
-from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, with_result
+from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, rows_inline, with_result
 from .load import LoadGroup, load_file
 from .plan import Plan
 from .worker import parse_to_ipc, probe_paths
@@ -705,8 +705,8 @@ def _read_ipc(manifest: list[tuple[str, str]], outcome: FileOutcome):
         if table == CHECKPOINT:
             yield table, FileOutcome(*json.loads(path))
             continue
-        if isinstance(path, pa.Table):          # a small batch, returned inline
-            yield table, path
+        if isinstance(path, bytes):             # a small batch, returned inline
+            yield table, rows_inline(path)
             continue
         source = pa.memory_map(path)            # the batch is read in place (zero-copy) and loaded
         rows = pa.ipc.open_file(source).read_all()

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..readers.kinds import ContentProbe, probe_content
-from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, batch_to_arrow, with_result
+from .jobs import CHECKPOINT, SPLIT_MIN_BYTES, FileJob, FileOutcome, batch_to_arrow, inline_rows, with_result
 from .parse import parse_file
 
 
@@ -52,8 +52,9 @@ def probe_paths(paths: list[Path]) -> list[ContentProbe]:
 
 
 def to_manifest(batches: Iterable[tuple[str, Any]], prefix: str) -> list[tuple[str, Any]]:
-    """A file's (table, rows) batches as the loader reads them back: small Arrow tables inline, larger ones
-    spilled to Arrow IPC files named from ``prefix``, resume points as JSON."""
+    """A file's (table, rows) batches as the loader reads them back: small Arrow tables inline (as the bytes of
+    an Arrow IPC stream: ``jobs.inline_rows``), larger ones spilled to Arrow IPC files named from ``prefix``,
+    resume points as JSON."""
     import pyarrow as pa
 
     manifest: list[tuple[str, Any]] = []
@@ -66,7 +67,7 @@ def to_manifest(batches: Iterable[tuple[str, Any]], prefix: str) -> list[tuple[s
             continue
         arrow = _dictionary_encoded(arrow)
         if arrow.nbytes <= INLINE_BYTES:        # travels back with the result: no file to write and map
-            manifest.append((table, arrow))
+            manifest.append((table, inline_rows(arrow)))
             continue
         path = f"{prefix}-{len(manifest)}-{table}.arrow"
         # uncompressed: the loader maps the file instead of decompressing it (its CPU is the bottleneck)
