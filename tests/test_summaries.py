@@ -125,3 +125,30 @@ def test_a_death_beside_the_heartbeat_quotes_the_lines_without_their_glog_prefix
     (e,) = _doc(eng, tmp_path)["engines"]
     assert e["verdict"].startswith("A process of the engine died or was killed (Worker VllmWorkerProcess pid 198 died")
     assert "ProcessGroupNCCL's watchdog got stuck for 480 seconds" in e["verdict"] and "[rank0]:[E1030" not in e["verdict"]
+
+
+def _died_after(tmp_path: Path, name: str, at: float) -> dict:
+    """Serving to 10:03:20, then TP0's scheduler raising at ``at`` seconds, a traceback ending in an NCCL error."""
+    log = LogWriter()
+    log.startup().traffic(10, 200)
+    log.line(at, "Scheduler hit an exception: Traceback (most recent call last):", "TP0")
+    log.raw('  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2660, in run_scheduler_process\n'
+            "    scheduler.event_loop_overlap()\n"
+            "RuntimeError: NCCL communicator was aborted on rank 0.")
+    (e,) = _doc(log.write(tmp_path / name), tmp_path)["engines"]
+    return e
+
+
+def test_a_scheduler_that_died_minutes_after_its_last_progress_line_is_not_called_idle(tmp_path: Path):
+    """The last batch line, five minutes with none, then the scheduler's exception: the engine was not idle
+    after its last requests completed, and nothing in between says whether it was stuck until then."""
+    e = _died_after(tmp_path, "died-late", 500)
+    assert e["verdict"] == ("The last progress line at 10:03:20 had 4 requests running; 5 min later (10:08:20) a "
+                            "process of the engine died (Scheduler hit an exception, TP0); no watchdog, timeout or "
+                            "stack says whether it was stuck or idle until then.")
+
+
+def test_a_scheduler_that_died_while_busy_is_not_called_busy_to_the_end(tmp_path: Path):
+    e = _died_after(tmp_path, "died-busy", 202)
+    assert e["verdict"] == ("The last progress line at 10:03:20 had 4 requests running; 2 s later (10:03:22) a "
+                            "process of the engine died (Scheduler hit an exception, TP0).")

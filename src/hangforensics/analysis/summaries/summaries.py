@@ -181,7 +181,12 @@ def gather_evidence(store: Store, engines: list[str]) -> dict[str, Any]:
         """SELECT engine, kind, rank, ts, message, event FROM (
              SELECT engine, kind, rank, ts, line, attrs->>'event' AS event,
                     CASE WHEN regexp_matches(message, '^(Traceback|  File )')
-                         THEN COALESCE(attrs->>'exception', message) ELSE message END AS message,
+                         THEN COALESCE(attrs->>'exception', message)
+                         -- ('Scheduler hit an exception: Traceback ...': its exception, else its own words)
+                         WHEN regexp_matches(message, 'Traceback \\(most recent call last\\):?\\s*$')
+                         THEN COALESCE(attrs->>'exception',
+                                       regexp_replace(message, ':?\\s*Traceback \\(most recent call last\\):?\\s*$', ''))
+                         ELSE message END AS message,
                     row_number() OVER (PARTITION BY engine ORDER BY ts NULLS LAST, line) AS n
              FROM events WHERE list_contains(?, engine) AND (kind IN (SELECT unnest(?))
                OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck'))))
@@ -342,6 +347,9 @@ def _quiet_verdict(ev: Evidence) -> str:
         return quiet
     if ev.last_progress is not None:
         last = ev.last_progress["ts"]
+        died = _died_after(ev.last_progress, ev.deaths)
+        if died:
+            return died
         idle_s = (end - last).total_seconds() if end and last else 0
         if idle_s < 60:
             return f"busy to the end of the evidence (last progress at {_hm(last)})"
@@ -403,6 +411,25 @@ def _quiet_verdict(ev: Evidence) -> str:
         return (f"a process of the engine died or was killed ({said}), but no progress line, watchdog or stack "
                 f"says when or where it stopped")
     return "nothing that shows a hang: no progress lines, watchdogs, timeouts or stacks"
+
+
+def _died_after(lp: dict[str, Any], deaths: list[dict[str, Any]]) -> str | None:
+    """The last progress line, then a process of the engine that died at or after it (a scheduler's exception,
+    a vLLM engine's death): its last line is not the end of a quiet run, and the time between is not known to
+    be idle."""
+    last = lp["ts"]
+    after = [d for d in deaths if d["ts"] is not None and last is not None and d["ts"] >= last]
+    if not after:
+        return None
+    d = after[0]
+    gap = (d["ts"] - last).total_seconds()
+    running = lp.get("running_req")
+    said = _clip(_glog_words((d["message"] or d["kind"]).strip()) or d["kind"], 100)
+    return (f"the last progress line at {_hm(last)}"
+            + (f" had {running} request{'s' if running != 1 else ''} running" if running else " had none running")
+            + f"; {f'{gap / 60:.0f} min' if gap >= 60 else f'{gap:.0f} s'} later ({_hm(d['ts'])}) a process of the "
+            + f"engine died ({said}" + (f", {d['rank']}" if d["rank"] else "") + ")"
+            + ("; no watchdog, timeout or stack says whether it was stuck or idle until then" if gap >= 60 else ""))
 
 
 # torch's heartbeat monitor: the watchdog thread itself blocked (sglang-formats.md §8.2, 8): the events
