@@ -152,3 +152,33 @@ def test_a_scheduler_that_died_while_busy_is_not_called_busy_to_the_end(tmp_path
     e = _died_after(tmp_path, "died-busy", 202)
     assert e["verdict"] == ("The last progress line at 10:03:20 had 4 requests running; 2 s later (10:03:22) a "
                             "process of the engine died (Scheduler hit an exception, TP0).")
+
+
+def test_a_live_files_unfinished_last_line_left_for_the_next_scan_is_said(tmp_path: Path):
+    """A paste copied in just before the scan, its last line without a newline: the scan leaves that line for
+    the next one (the file may still be growing) and the engine's summary says so; once the file is older, the
+    next scan reads it and the fact is gone."""
+    import os
+
+    from hangforensics.fleet.scan import scan
+
+    log = LogWriter()
+    log.startup().traffic(10, 200)
+    log.line(500, "Scheduler hit an exception: Traceback (most recent call last):", "TP0")
+    path = log.write(tmp_path / "fleet" / "eng") / "server.log"
+    path.write_text(path.read_text().rstrip("\n"))             # pasted without its last newline
+
+    def engine() -> dict:
+        (e,) = scan(tmp_path / "fleet", tmp_path / "s.duckdb").document["engines"]
+        return e
+
+    first = engine()
+    said = [f for f in first["facts"] if f.startswith("The last line of")]
+    assert said == ["The last line of eng/server.log has no newline and the file was written in the last 5 minutes: "
+                    "it may still be growing, so that line is left for the next ingest or scan (a one-shot "
+                    "`hangforensics report` reads the file as it is)."]
+    old = path.stat().st_mtime - 3600
+    os.utime(path, (old, old))
+    then = engine()
+    assert not [f for f in then["facts"] if f.startswith("The last line of")]
+    assert "Scheduler hit an exception" not in first["verdict"] and "Scheduler hit an exception" in then["verdict"]

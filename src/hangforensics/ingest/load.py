@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..readers.layout import EvidenceFile
+from ..readers.logfile import HELD_BACK_NOTE
 from ..store import LOADED_TABLES, SOURCE_KEYED, Store, physical
 from .fragments import unjoin_engine
 from .jobs import CHECKPOINT, FileOutcome, batch_to_arrow, with_result
@@ -111,7 +112,7 @@ def _finish_source(store: Store, p: Plan, outcome: FileOutcome, sid: int, status
     store.con.execute("DELETE FROM sources WHERE source_id = ?", [sid])
     notes = outcome.notes.summary()
     if prev is not None and prev.get("note"):     # a resumed read: earlier notes stand, a held tail is done
-        notes = [n for n in prev["note"].split("; ") if not n.startswith("last line unfinished")
+        notes = [n for n in prev["note"].split("; ") if not n.startswith(HELD_BACK_NOTE)
                  and n not in notes] + notes
     _record_source(store, p.file, p.kind, p.st, p.head_hash, p.compressed, lines, unparsed,
                    max(outcome.read_bytes, prev["read_bytes"] or 0) if prev else outcome.read_bytes,

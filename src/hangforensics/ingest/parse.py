@@ -19,7 +19,7 @@ from ..parsers.stacks.stackrows import dump_rows, rank_from_place
 from ..readers.envelopes import EnvelopeStack
 from ..readers.kinds import CAPTURE_KINDS, REPORTER_KINDS, STACK_KINDS
 from ..readers.layout import EvidenceFile
-from ..readers.logfile import CHUNK_BYTES, iter_chunks
+from ..readers.logfile import CHUNK_BYTES, HELD_BACK_NOTE, iter_chunks
 from ..readers.payload import TIMED_LAYERS, Payload, PayloadReader, hold_point, read_payload
 from ..store.schema import LOADED_TABLES
 from . import collective_parse
@@ -141,7 +141,7 @@ def _parse_log(f: EvidenceFile, job: FileJob, out: FileOutcome) -> Iterator[tupl
     held = hold_point(f.abs_path, reader, starts) if job.hold_partial and reader.can_hold() else None
     if held is not None:
         out.read_bytes = held
-        out.notes.extra.append(f"last line unfinished behind the {reader.stack.name} envelope (a split record "
+        out.notes.extra.append(f"{HELD_BACK_NOTE} behind the {reader.stack.name} envelope (a split record "
                                f"without its end): lines from {reader.carried_from()} on are left for the next ingest")
     elif reader.carried_from() is not None:
         yield from _counted([_parse_payload(reader.feed([], next_line, final=True), ctx)], ctx, out, True)

@@ -266,12 +266,14 @@ class ReadNotes:
             out.append(f"{self.dated_by_previous} access line(s) without a time of their own: dated by the record "
                        f"before them (an estimate: printed at or after that time)")
         if self.held_back:
-            out.append(f"last line unfinished (still being written?): its {self.held_back} bytes are left "
+            out.append(f"{HELD_BACK_NOTE} (still being written?): its {self.held_back} bytes are left "
                        f"for the next ingest")
         return out
 
 
 LONG_LINE_BYTES = 1024 * 1024
+# How a file's note begins when its unfinished last line was left for the next read (the summaries say so).
+HELD_BACK_NOTE = "last line unfinished"
 
 
 # A line that starts a log record (SGLang prefix, torch glog, vLLM) of a plain log: chunks of a log end just

@@ -16,9 +16,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...ingest.plan import LIVE_SECONDS
 from ...parsers.collectives import torch_nccl
 from ...ranks import rank_key, rank_numbers
 from ...readers.kinds import STACK_KINDS as DUMP_KINDS
+from ...readers.logfile import HELD_BACK_NOTE
 from ...readers.payload import DATING_LAYERS
 from ...redaction import redact_payloads
 from ...store import Store
@@ -64,6 +66,7 @@ class Evidence:
     restarts: list[dict] = field(default_factory=list)    # runs begun without a start line in the evidence (runs)
     # files whose lines print no year, dated by the engine's other evidence: paths and that evidence's moment
     dated_by_engine: dict | None = None
+    held_tails: list[str] = field(default_factory=list)   # files whose unfinished last line waits for the next read
     places: places_mod.Places = field(default_factory=places_mod.Places)   # where the ranks of the dumps stand
 
     def rules(self) -> set[str]:
@@ -237,6 +240,10 @@ def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None
         "WHERE list_contains(?, s.engine) AND s.status = 'ok' AND s.last_dated IS NULL AND s.year_near IS NOT NULL "
         "AND (day OR EXISTS (SELECT 1 FROM events v WHERE v.engine = s.engine AND v.path = s.path "
         "AND v.ts IS NOT NULL AND v.collected_ts IS NULL)) GROUP BY s.engine", [sorted(DATING_LAYERS), engines])}
+    # (a live file's last line without its newline is left for the next ingest: ``logfile.ReadNotes``)
+    held_tails = {r["engine"]: r["paths"] for r in q(
+        "SELECT engine, list(path ORDER BY path) AS paths FROM sources WHERE list_contains(?, engine) "
+        "AND note LIKE ? GROUP BY engine", [engines, f"%{HELD_BACK_NOTE}%"])}
     places = places_mod.gather_all(store, engines)
     vllm = vllm_summary.gather_all(store, [e for e in engines if e in vllm_set],
                                    {e: stalls.get(e) for e in engines if e in vllm_set}) if vllm_set else {}
@@ -263,6 +270,7 @@ def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None
         ev.vllm = vllm.get(e)
         ev.restarts = restarts.get(e, [])
         ev.dated_by_engine = dated_by_engine.get(e)
+        ev.held_tails = held_tails.get(e, [])
         ev.places = places[e]
         out[e] = ev
     return out
@@ -475,6 +483,11 @@ def _facts(ev: Evidence) -> list[str]:
                 more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
                 facts.append(f"Lines printed {what} ({paths[0]}{more}) are dated by the engine's other evidence, "
                              f"whose latest full date is {d['near']:%Y-%m-%d %H:%M:%S}, not by their file's time.")
+    if ev.held_tails:
+        more = f" and {len(ev.held_tails) - 1} more file(s)" if len(ev.held_tails) > 1 else ""
+        facts.append(f"The last line of {ev.held_tails[0]}{more} has no newline and the file was written in the last "
+                     f"{LIVE_SECONDS / 60:.0f} minutes: it may still be growing, so that line is left for the next "
+                     f"ingest or scan (a one-shot `hangforensics report` reads the file as it is).")
     if ev.last_progress is not None and not ev.stall:
         lp = ev.last_progress
         facts.append(f"Last progress line at {lp['ts']:%Y-%m-%d %H:%M:%S}"
