@@ -72,6 +72,9 @@ def _judge(store: Store, rules: list[Rule], engines: list[str], show_payloads: b
     with beside(store, lambda other: beside_rows.extend(_all_rule_rows(other, there, engines))):
         signatures.rebuild(store, engines, main_stacks, logged)
         here_rows = _all_rule_rows(store, [rule for rule in rules if rule not in there], engines)
+        # what the summaries read besides the findings, while the rules beside still run (they read the
+        # models and the signatures, written by now)
+        gathered = summaries.gather_all(store, engines, read, stored_findings=False)
     rows_of = {id(rule): rows for rule, rows in here_rows + beside_rows}
     found = [_finding(rule, r, show_payloads) for rule in rules for r in rows_of[id(rule)]]
     # (what they say breaks the ties: two undated findings of one rule are numbered the same way on any
@@ -80,8 +83,9 @@ def _judge(store: Store, rules: list[Rule], engines: list[str], show_payloads: b
                               f["title"], f["ranks"], f["detail"]))
     store.con.execute("DELETE FROM findings WHERE list_contains(?, engine)", [engines])
     base = store.scalar("SELECT COALESCE(MAX(finding_id), 0) FROM findings")
-    store.append("findings", [dict(f, finding_id=base + i + 1) for i, f in enumerate(found)])
-    summaries.rebuild(store, engines, show_payloads, read)
+    stored = [dict(f, finding_id=base + i + 1) for i, f in enumerate(found)]
+    store.append("findings", stored)
+    summaries.rebuild(store, engines, show_payloads, read, gathered, stored)
     # the findings now reflect the engines' data as of this transaction
     store.con.execute("UPDATE engine_state SET analyzed_version = data_version WHERE list_contains(?, engine)",
                       [engines])

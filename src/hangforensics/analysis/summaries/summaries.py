@@ -83,10 +83,14 @@ class Evidence:
 
 
 def rebuild(store: Store, engines: list[str], show_payloads: bool = False,
-            read: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+            read: dict[str, Any] | None = None, gathered: dict[str, Evidence] | None = None,
+            findings: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Fill ``engine_summaries`` for ``engines`` and return the rows (``read``: ``gather_evidence``'s, read
-    already)."""
-    evidence = gather_all(store, engines, read)
+    already; ``gathered``: ``gather_all``'s without findings, read already, and ``findings`` the engines'
+    findings as stored)."""
+    evidence = gathered if gathered is not None else gather_all(store, engines, read)
+    if gathered is not None:
+        with_findings(evidence, findings or [])
     rows = [summarise(evidence[e], show_payloads) for e in engines]
     store.con.execute("DELETE FROM engine_summaries WHERE list_contains(?, engine)", [engines])
     if rows:
@@ -102,6 +106,16 @@ SCHEMA = pa.schema([
     ("unparsed_lines", pa.int64()), ("capture_next", pa.list_(pa.string())), ("facts", pa.list_(pa.string())),
     ("thin", pa.bool_()),
 ])
+
+
+def with_findings(evidence: dict[str, Evidence], findings: list[dict[str, Any]]) -> None:
+    """Give each engine's Evidence its findings (``findings``: as stored, in their stored order), in the order
+    ``gather_all`` reads them: by time, undated last, ties in stored order."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for f in findings:
+        by.setdefault(f["engine"], []).append(f)
+    for e, ev in evidence.items():
+        ev.findings = sorted(by.get(e, []), key=lambda f: (f["ts"] is None, f["ts"] or datetime.min))
 
 
 def gather(store: Store, engine: str) -> Evidence:
@@ -201,11 +215,13 @@ def gather_evidence(store: Store, engines: list[str]) -> dict[str, Any]:
             "vllm_set": vllm_summary.vllm_engines(store, engines)}
 
 
-def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None = None) -> dict[str, Evidence]:
+def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None = None,
+               stored_findings: bool = True) -> dict[str, Evidence]:
     """Every engine's evidence, queried once for all of ``engines`` (a fixed number of queries, grouped by
     engine in Python): engine -> Evidence.  ``evidence``: what ``gather_evidence`` read already.  Ties of a
     sort key are broken by stored order (rowid) or file position, so that no order depends on DuckDB's
-    threads."""
+    threads.  ``stored_findings=False``: the findings are not read (the analysis gathers the rest while its
+    rules run, and gives them after: ``with_findings``)."""
     q = store.query
     pre = evidence if evidence is not None else gather_evidence(store, engines)
     files, unparsed, span, ranks = pre["files"], pre["unparsed"], pre["span"], pre["ranks"]
@@ -213,7 +229,7 @@ def gather_all(store: Store, engines: list[str], evidence: dict[str, Any] | None
     gpu, nccl_debug, world, deaths, jobs = pre["gpu"], pre["nccl_debug"], pre["world"], pre["deaths"], pre["jobs"]
     reporters, vllm_set = pre["reporters"], pre["vllm_set"]
     findings = _by_engine(q("SELECT * FROM findings WHERE list_contains(?, engine) ORDER BY engine, ts NULLS LAST, rowid",
-                            [engines]), keep=True)
+                            [engines]), keep=True) if stored_findings else {}
     stalls = {e: rows[0] for e, rows in _by_engine(q(
         "SELECT * FROM stalls WHERE list_contains(?, engine) ORDER BY engine, onset DESC, rowid", [engines]),
         keep=True).items()}
