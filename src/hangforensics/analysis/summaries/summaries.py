@@ -199,14 +199,20 @@ def gather_evidence(store: Store, engines: list[str]) -> dict[str, Any]:
              SELECT engine, kind, rank, ts, line, attrs->>'event' AS event,
                     CASE WHEN regexp_matches(message, '^(Traceback|  File )')
                          THEN COALESCE(attrs->>'exception', message)
-                         -- ('Scheduler hit an exception: Traceback ...': its exception, else its own words)
+                         -- ('Scheduler hit an exception: Traceback ...': its exception; else a c10d error line
+                         -- right after it, undated, which is its traceback's last line read as a record of its
+                         -- own; else its own words)
                          WHEN regexp_matches(message, 'Traceback \\(most recent call last\\):?\\s*$')
                          THEN COALESCE(attrs->>'exception',
+                                       CASE WHEN next_kind = 'c10d_error' AND next_ts IS NULL THEN next_message END,
                                        regexp_replace(message, ':?\\s*Traceback \\(most recent call last\\):?\\s*$', ''))
                          ELSE message END AS message,
                     row_number() OVER (PARTITION BY engine ORDER BY ts NULLS LAST, line) AS n
-             FROM events WHERE list_contains(?, engine) AND (kind IN (SELECT unnest(?))
-               OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck'))))
+             FROM (SELECT *, lead(kind) OVER w AS next_kind, lead(ts) OVER w AS next_ts,
+                          lead(message) OVER w AS next_message
+                   FROM events WHERE list_contains($1, engine) WINDOW w AS (PARTITION BY engine, path ORDER BY line))
+             WHERE kind IN (SELECT unnest($2))
+               OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck')))
            WHERE n <= 3 ORDER BY engine, n""", [engines, list(DEATH_KINDS)]))
     return {"files": files, "unparsed": unparsed, "span": span, "ranks": ranks, "n_progress": n_progress,
             "last_progress": last_progress, "torch": torch, "native": native, "gpu": gpu, "nccl_debug": nccl_debug,
