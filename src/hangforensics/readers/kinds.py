@@ -25,6 +25,7 @@ from ..parsers.gpu import looks_like_nvidia_smi
 from ..parsers.sglang.sglang_patterns import BARE_TRACEBACK, LEAK_TEXT
 from ..parsers.stacks import faulthandler, gdb, hand_summary, native_trace, pyspy
 from ..parsers.torch_jobs.train_steps import STEP_LINE
+from ..parsers.vllm.vllm_patterns import STATS_MESSAGE
 from .envelopes import EnvelopeStack, Unwrapper
 from .logfile import HEAD_BYTES, head_hash, head_text, is_gzip, open_binary
 from .payload import head_lines, sniff
@@ -35,7 +36,7 @@ LOG_SNIFF = re.compile(
     r"|(?:\[rank\d+\]:)?\[[IWEF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+| [\w.]+\.\w+:\d+\])"    # torch glog (< 2.3: no time)
     r"|(?:\([\w .=-]*pid=\d+(?:, ip=[\d.]+)?\)\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"  # vLLM
     r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? - vllm(?:\.[\w.]+)? - [A-Z]+ - "    # vLLM under logging's format
-    r"|Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: "      # a vLLM stats message alone
+    r"|" + STATS_MESSAGE +                                                       # a vLLM stats message alone
     r"|Environment: \S+="
     # a torch.distributed job's own lines: a rank's traceback or error under torchrun's prefix, torchrun's
     # elastic agent (glog form, or logging's default before torch 2.3), its failure summary, a gloo abort

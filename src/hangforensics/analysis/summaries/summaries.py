@@ -435,8 +435,7 @@ def _quiet_verdict(ev: Evidence) -> str:
                     + (f" at {_hm(first)}" if first else "") + ": ProcessGroupNCCL's own watchdog thread was stuck"
                     + (f" for {secs} s" if secs else "") + " (a CUDA or NCCL call blocked it: the GPU or NCCL hung "
                     "under it), but no progress line or stack says where the ranks stopped")
-        said = "; ".join(_clip(_glog_words((d["message"] or d["kind"]).strip()) or d["kind"], 100)
-                         + (f" ({d['rank']})" if d["rank"] else "") + (f" at {_hm(d['ts'])}" if d["ts"] else "")
+        said = "; ".join(_death_words(d) + (f" ({d['rank']})" if d["rank"] else "") + (f" at {_hm(d['ts'])}" if d["ts"] else "")
                          for d in ev.deaths)
         return (f"a process of the engine died or was killed ({said}), but no progress line, watchdog or stack "
                 f"says when or where it stopped")
@@ -454,12 +453,16 @@ def _died_after(lp: dict[str, Any], deaths: list[dict[str, Any]]) -> str | None:
     d = after[0]
     gap = (d["ts"] - last).total_seconds()
     running = lp.get("running_req")
-    said = _clip(_glog_words((d["message"] or d["kind"]).strip()) or d["kind"], 100)
     return (f"the last progress line at {_hm(last)}"
             + (f" had {running} request{'s' if running != 1 else ''} running" if running else " had none running")
             + f"; {f'{gap / 60:.0f} min' if gap >= 60 else f'{gap:.0f} s'} later ({_hm(d['ts'])}) a process of the "
-            + f"engine died ({said}" + (f", {d['rank']}" if d["rank"] else "") + ")"
+            + f"engine died ({_death_words(d)}" + (f", {d['rank']}" if d["rank"] else "") + ")"
             + ("; no watchdog, timeout or stack says whether it was stuck or idle until then" if gap >= 60 else ""))
+
+
+def _death_words(d: dict[str, Any]) -> str:
+    """A death's line in a few words: its message without its glog head, else its kind."""
+    return _clip(_glog_words((d["message"] or d["kind"]).strip()) or d["kind"], 100)
 
 
 # torch's heartbeat monitor: the watchdog thread itself blocked (sglang-formats.md §8.2, 8): the events
