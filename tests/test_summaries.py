@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import pytest
 from conftest import LogWriter
 from test_report_safety import PROMPT, TOKEN, _payload_engine, open_page, quoting_rules  # noqa: F401 (fixtures)
 
@@ -182,3 +183,23 @@ def test_a_live_files_unfinished_last_line_left_for_the_next_scan_is_said(tmp_pa
     then = engine()
     assert not [f for f in then["facts"] if f.startswith("The last line of")]
     assert "Scheduler hit an exception" not in first["verdict"] and "Scheduler hit an exception" in then["verdict"]
+
+
+@pytest.mark.parametrize("envelope", ["kubectl", "docker_json", "journald", "paste"])
+def test_a_scheduler_death_reads_the_same_behind_every_envelope(tmp_path: Path, envelope: str):
+    """The traceback's last line, a c10d error read as a record of its own, takes a collector's time behind
+    one: its words are found by where it stands (right after the traceback, with no rank of its own)."""
+    plain = _died_after(tmp_path, "plain", 500, "RuntimeError: NCCL communicator was aborted on rank 0.")
+    lines = (tmp_path / "plain" / "server.log").read_text().splitlines()
+    at = [f"2026-05-01T10:{i // 60 % 60:02d}:{i % 60:02d}.000000000Z" for i in range(len(lines))]
+    wrapped = {
+        "kubectl": [f"{t} {s}" for t, s in zip(at, lines, strict=True)],
+        "docker_json": [json.dumps({"log": s + "\n", "stream": "stderr", "time": t}) for t, s in zip(at, lines, strict=True)],
+        "journald": [f"May 01 10:{i // 60 % 60:02d}:{i % 60:02d} node1 python3[4242]: {s}" for i, s in enumerate(lines)],
+        "paste": ["The server hung, here is the log:", "", "```", *lines, "```", "", "Any idea?"],
+    }[envelope]
+    eng = tmp_path / envelope
+    eng.mkdir()
+    (eng / "server.log").write_text("\n".join(wrapped) + "\n")
+    (e,) = _doc(eng, tmp_path)["engines"]
+    assert "NCCL communicator was aborted" in plain["verdict"] and e["verdict"] == plain["verdict"]

@@ -200,16 +200,18 @@ def gather_evidence(store: Store, engines: list[str]) -> dict[str, Any]:
                     CASE WHEN regexp_matches(message, '^(Traceback|  File )')
                          THEN COALESCE(attrs->>'exception', message)
                          -- ('Scheduler hit an exception: Traceback ...': its exception; else a c10d error line
-                         -- right after it, undated, which is its traceback's last line read as a record of its
-                         -- own; else its own words)
+                         -- right after its last line, with no prefix of its own (no rank): its traceback's last
+                         -- line read as a record of its own (behind a collector it takes the collector's time,
+                         -- so its time does not tell); else its own words)
                          WHEN regexp_matches(message, 'Traceback \\(most recent call last\\):?\\s*$')
                          THEN COALESCE(attrs->>'exception',
-                                       CASE WHEN next_kind = 'c10d_error' AND next_ts IS NULL THEN next_message END,
+                                       CASE WHEN next_kind = 'c10d_error' AND next_line = COALESCE(line_end, line) + 1
+                                                 AND COALESCE(next_rank, '') = '' THEN next_message END,
                                        regexp_replace(message, ':?\\s*Traceback \\(most recent call last\\):?\\s*$', ''))
                          ELSE message END AS message,
                     row_number() OVER (PARTITION BY engine ORDER BY ts NULLS LAST, line) AS n
-             FROM (SELECT *, lead(kind) OVER w AS next_kind, lead(ts) OVER w AS next_ts,
-                          lead(message) OVER w AS next_message
+             FROM (SELECT *, lead(kind) OVER w AS next_kind, lead(line) OVER w AS next_line,
+                          lead(rank) OVER w AS next_rank, lead(message) OVER w AS next_message
                    FROM events WHERE list_contains($1, engine) WINDOW w AS (PARTITION BY engine, path ORDER BY line))
              WHERE kind IN (SELECT unnest($2))
                OR (kind = 'torch_nccl' AND regexp_matches(message, 'Heartbeat monitor timed out|watchdog got stuck')))
