@@ -370,7 +370,8 @@ def test_property_any_files_share_a_parse_and_each_gets_its_own_rows(tmp_path: P
     jobs = [plans[f.name].job() for f in paths if f.name in plans and parallel.batchable(plans[f.name])]
     ways: dict[tuple[bool, bool], int] = {}     # (a file sniffed behind an envelope is read apart from plain ones)
     for job in jobs:
-        if job.abs_path.name not in alone:
+        # (a file whose envelope holds its last lines back, a hard wrap that may go on, is read as usual)
+        if job.abs_path.name not in alone and batch_parse._prepared(job) is not None:
             way = (not job.envelope.layers, bool(set(job.envelope.layers) & TIMED_LAYERS))
             ways[way] = ways.get(way, 0) + 1
     if len(jobs) >= 2:
@@ -583,3 +584,28 @@ def test_plain_logs_the_scanner_leaves_mostly_to_the_general_parser_are_read_by_
     monkeypatch.setattr(batch_parse, "_parse_together", general)
     assert _compare([p.job() for p in tasks[0]], tmp_path) == 2            # two files together, one alone
     assert read and max(read) <= batch_parse.BATCH_BYTES
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
+def test_a_small_rotated_log_compressed_shares_a_parse_and_a_large_one_is_read_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool) -> None:
+    """A rotated log compressed (``server.log.1.gz``) shares a parse with the plain ones when what it may hold
+    (its bytes times GZIP_EXPANSION) is within a batch's file limit; its rows are those of its own parse, a
+    damaged one's too.  One that may hold more is a task of its own."""
+    import gzip
+
+    logs = _engine(tmp_path, monkeypatch, scanner)
+    _log(logs / "server.log", [_DECODE.format(k=k) for k in range(3)])
+    body = ("\n".join(_DECODE.format(k=k) for k in range(3, 8)) + "\n").encode()
+    (logs / "server.log.1.gz").write_bytes(gzip.compress(body))
+    (logs / "server.log.2.gz").write_bytes(gzip.compress(body)[:-12])       # cut short: damaged
+    big = logs / "server.log.3.gz"          # (random text compresses little: its bytes are over the limit)
+    lines = [f"[2026-01-01 00:00:09 TP0] Load weight begin. {os.urandom(48).hex()}" for _ in range(6000)]
+    big.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    assert big.stat().st_size * parallel.GZIP_EXPANSION > batch_parse.PLAIN_BATCH_FILE_BYTES
+    plans = {p.file.abs_path.name: p for p in _plans(logs, tmp_path)}
+    assert plans["server.log.1.gz"].compressed and parallel.batchable(plans["server.log.1.gz"])
+    assert plans["server.log.3.gz"].kind == "server_log" and not parallel.batchable(plans["server.log.3.gz"])
+    tasks = parallel.batched([plans[n] for n in ("server.log", "server.log.1.gz", "server.log.2.gz")])
+    assert len(tasks) == 1 and isinstance(tasks[0], list)
+    assert _compare([p.job() for p in tasks[0]], tmp_path) == 3

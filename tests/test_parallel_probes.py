@@ -227,3 +227,50 @@ def test_the_workers_probe_every_corpus_file_as_this_process(early_pool):
     here = [probe_content(p) for p in paths]
     assert len({probe.kind for probe in here}) >= 10
     assert list(early_pool.probes(paths)) == here
+
+
+def _probed_by_each_read(path: Path) -> tuple:
+    """A file's probe as each of its parts reads the file on its own (its decompressed head, its hash, gzip's
+    magic, the Flight Recorder test of its first bytes): what one read of a plain file's head must give."""
+    from hangforensics.readers.kinds import sniff_kind
+    from hangforensics.readers.logfile import head_hash, head_text, is_gzip
+
+    try:
+        head = head_text(path)
+    except Exception:       # noqa: BLE001
+        return ("unreadable", None, "", False)
+    kind, stack = sniff_kind(path, head)
+    if kind == "unreadable":
+        return (kind, stack, "", False)
+    return (kind, stack, head_hash(path), is_gzip(path))
+
+
+def test_a_probe_reads_a_plain_files_head_once_and_finds_what_each_read_finds(tmp_path: Path, monkeypatch):
+    """Probing a plain file opens it once (its head gives the text, the hash and the Flight Recorder test); a
+    gzip file, one starting with a run of NUL bytes, an empty one and a pickle are probed as each read finds
+    them, over every corpus file too."""
+    nul = tmp_path / "copytruncated.log"
+    nul.write_bytes(b"\x00" * 5000 + LOG.encode())
+    gz = tmp_path / "server.log.1.gz"
+    gz.write_bytes(gzip.compress(LOG.encode()))
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    plain = tmp_path / "server.log"
+    plain.write_text(LOG * 500)                 # beyond the head: its tail dates it
+    paths = [nul, gz, empty, plain, *sorted(p for p in DATA.rglob("*") if p.is_file())]
+    for p in paths:
+        probe = probe_content(p)
+        assert (probe.kind, probe.envelope, probe.hhash, probe.compressed) == _probed_by_each_read(p), p
+    opened: list[str] = []
+    real_open = Path.open
+
+    def counting(self: Path, *a, **k):
+        opened.append(self.name)
+        return real_open(self, *a, **k)
+
+    monkeypatch.setattr(Path, "open", counting)
+    probe_content(plain)
+    assert opened.count("server.log") == 2          # its head, and its tail for the latest date
+    opened.clear()
+    probe_content(gz)
+    assert opened.count("server.log.1.gz") > 2      # (decompressed: each part reads it on its own)

@@ -234,11 +234,23 @@ WHOLE_WINDOW = 8
 def batchable(p: Plan) -> bool:
     """A small log read whole from its start, which a worker may parse together with others
     (``batch_parse``); a live one too (written in the last minutes: a fleet copied in just before its scan
-    is all live), whose unfinished last line the joint parse leaves as its own parse does.  A plain log up to
-    PLAIN_BATCH_FILE_BYTES, any other up to BATCH_FILE_BYTES."""
+    is all live), whose unfinished last line the joint parse leaves as its own parse does; a small rotated
+    one compressed (``server.log.1.gz``).  A plain log up to PLAIN_BATCH_FILE_BYTES, any other up to
+    BATCH_FILE_BYTES, a compressed one by what it holds (``_batch_bytes``)."""
     job = p.job()
     limit = PLAIN_BATCH_FILE_BYTES if _reading(p) == _PLAIN else BATCH_FILE_BYTES
-    return p.kind == "server_log" and not p.compressed and not job.start_offset and p.st.st_size <= limit
+    return p.kind == "server_log" and not job.start_offset and _batch_bytes(p) <= limit
+
+
+# What a compressed log holds per byte, at most as batching counts it (logs compress 8-15 times): a batch's
+# bytes bound the joint parse's memory.  One that holds more than a chunk is parsed alone after all
+# (``batch_parse._prepared``).
+GZIP_EXPANSION = 16
+
+
+def _batch_bytes(p: Plan) -> int:
+    """A log's bytes as a batch counts them: what a compressed one may hold (GZIP_EXPANSION)."""
+    return p.st.st_size * GZIP_EXPANSION if p.compressed else p.st.st_size
 
 
 def batched(plans: list[Plan]) -> list[Plan | list[Plan]]:
@@ -258,11 +270,11 @@ def batched(plans: list[Plan]) -> list[Plan | list[Plan]]:
         batch: list[Plan] = []
         size = 0
         for p in same:
-            if batch and (size + p.st.st_size > limit or len(batch) >= BATCH_FILES):
+            if batch and (size + _batch_bytes(p) > limit or len(batch) >= BATCH_FILES):
                 tasks.append(batch if len(batch) > 1 else batch[0])
                 batch, size = [], 0
             batch.append(p)
-            size += p.st.st_size
+            size += _batch_bytes(p)
         if batch:
             tasks.append(batch if len(batch) > 1 else batch[0])
     return tasks

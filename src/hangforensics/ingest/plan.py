@@ -221,6 +221,11 @@ class _Planner:
         self.current = {str(f.abs_path) for f in files}
         self.claimed: set[str] = set()          # abs_paths of manifest rows a current file continues
         self.plans: list[Plan] = []
+        # the manifest rows by what their content is (engine, head hash, kind), in the manifest's order: a new
+        # file's twin is looked up, not searched for among every row (a rescan of thousands of files)
+        self.by_content: dict[tuple[str, str, str], list[dict]] = {}
+        for r in self.rows.values():
+            self.by_content.setdefault((r["engine"], r["head_hash"], r["kind"]), []).append(r)
 
     def by_stat(self, f: EvidenceFile) -> Plan | os.stat_result:
         """The plan of a file its stat decides (unchanged since the manifest row of its path), else its stat:
@@ -277,12 +282,12 @@ class _Planner:
         """Renames (rotation, compression) claim the manifest rows whose content they continue."""
         renamed: dict[int, dict] = {}
         for idx, pr in enumerate(pending):
-            if pr.kind in NO_IDENTITY or pr.kind == "unreadable" or not pr.hhash or _snapshot(pr):
+            if pr.kind in NO_IDENTITY or pr.kind == "unreadable" or not pr.hhash:
                 continue
-            twin = next((r for r in self.rows.values() if r["engine"] == pr.file.engine
-                         and r["head_hash"] == pr.hhash and r["kind"] == pr.kind and r["abs_path"] not in self.claimed
+            twin = next((r for r in self.by_content.get((pr.file.engine, pr.hhash, pr.kind), ())
+                         if r["abs_path"] not in self.claimed
                          and (r["abs_path"] not in self.current or _changed_on_disk(r))), None)
-            if twin is not None:
+            if twin is not None and not _snapshot(pr):
                 self.claimed.add(twin["abs_path"])
                 renamed[idx] = twin
         return renamed
@@ -304,10 +309,10 @@ class _Planner:
                 self.plans.append(pr.plan("unreadable", old))
                 continue
             key = (pr.file.engine, pr.hhash)
-            same = next((r for r in self.rows.values() if r["engine"] == pr.file.engine
-                         and r["head_hash"] == pr.hhash and r["kind"] == pr.kind and r["abs_path"] in self.current
-                         and r["abs_path"] not in self.claimed and r["abs_path"] != str(pr.file.abs_path)), None)
-            if pr.hhash and pr.kind not in NO_IDENTITY and not _snapshot(pr) and (same is not None or key in seen_hash):
+            same = next((r for r in self.by_content.get((pr.file.engine, pr.hhash, pr.kind), ())
+                         if r["abs_path"] in self.current and r["abs_path"] not in self.claimed
+                         and r["abs_path"] != str(pr.file.abs_path)), None)
+            if pr.hhash and pr.kind not in NO_IDENTITY and (same is not None or key in seen_hash) and not _snapshot(pr):
                 other = same["path"] if same is not None else seen_hash[key]
                 self.plans.append(pr.plan("duplicate", old, duplicate_of=other))
                 continue
