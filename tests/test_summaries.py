@@ -12,6 +12,7 @@ from conftest import LogWriter
 from test_report_safety import PROMPT, TOKEN, _payload_engine, open_page, quoting_rules  # noqa: F401 (fixtures)
 
 from hangforensics import api
+from hangforensics.fleet.scan import scan
 
 
 def _doc(folder: Path, tmp_path: Path, **kw) -> dict:
@@ -30,6 +31,7 @@ def test_an_idle_engine_with_no_finding_still_gets_a_true_verdict_and_capture_ne
     assert eng["span"] == ["2026-05-01T10:00:00", "2026-05-01T10:15:00"]
     assert eng["files"] == {"server_log": 1} and eng["unparsed_lines"] == 0
     assert "TP0" in eng["ranks"] and eng["capture_next"]
+    assert eng["died"] is False
 
 
 def test_torch_timeouts_from_half_the_ranks_ask_for_the_missing_ranks(tmp_path: Path):
@@ -116,6 +118,7 @@ def test_torchs_heartbeat_monitor_alone_is_said_in_its_own_words(tmp_path: Path)
                             "ProcessGroupNCCL's own watchdog thread was stuck for 480 s (a CUDA or NCCL call blocked "
                             "it: the GPU or NCCL hung under it), but no progress line or stack says where the ranks "
                             "stopped.")
+    assert e["died"] is True
 
 
 def test_a_death_beside_the_heartbeat_quotes_the_lines_without_their_glog_prefix(tmp_path: Path):
@@ -126,17 +129,49 @@ def test_a_death_beside_the_heartbeat_quotes_the_lines_without_their_glog_prefix
     (e,) = _doc(eng, tmp_path)["engines"]
     assert e["verdict"].startswith("A process of the engine died or was killed (Worker VllmWorkerProcess pid 198 died")
     assert "ProcessGroupNCCL's watchdog got stuck for 480 seconds" in e["verdict"] and "[rank0]:[E1030" not in e["verdict"]
+    assert e["died"] is True
 
 
-def _died_after(tmp_path: Path, name: str, at: float, error: str) -> dict:
-    """Serving to 10:03:20, then TP0's scheduler raising at ``at`` seconds, its traceback ending in ``error``."""
+def _scheduler_died(folder: Path, at: float, error: str) -> Path:
+    """An engine serving to 10:03:20, then TP0's scheduler raising at ``at`` seconds, its traceback ending in
+    ``error``."""
     log = LogWriter()
     log.startup().traffic(10, 200)
     log.line(at, "Scheduler hit an exception: Traceback (most recent call last):", "TP0")
     log.raw('  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2660, in run_scheduler_process\n'
             "    scheduler.event_loop_overlap()\n" + error)
-    (e,) = _doc(log.write(tmp_path / name), tmp_path)["engines"]
+    return log.write(folder)
+
+
+def _died_after(tmp_path: Path, name: str, at: float, error: str) -> dict:
+    (e,) = _doc(_scheduler_died(tmp_path / name, at, error), tmp_path)["engines"]
+    assert e["died"] is True                            # nothing found, but a process died
     return e
+
+
+def test_a_process_that_died_with_nothing_found_is_neither_healthy_nor_a_hang(tmp_path: Path, open_page):  # noqa: F811
+    """No rule fires on a scheduler's exception after its last batch line: not a hang. The engine's report frames
+    its verdict as a warning, not in the green of a healthy engine; the findings document's ``died`` says so for
+    an alert; the nightly scan's fleet index lists the engine under "Nothing found, but a process died" (no
+    incident report is written for it), and an idle engine in none of these."""
+    fleet = tmp_path / "fleet"
+    _scheduler_died(fleet / "crashed", 500, "RuntimeError: NCCL communicator was aborted on rank 0.")
+    LogWriter().startup().traffic(10, 200).probes(210, 900).write(fleet / "quiet")
+    res = scan(fleet, tmp_path / "fleet.duckdb", out=tmp_path / "out", json_out=tmp_path / "scan.json", jobs=1)
+    assert res.document["findings"] == []
+    assert {e["engine"]: e["died"] for e in res.document["engines"]} == {"crashed": True, "quiet": False}
+    page, _ = open_page(res.index)
+    died = page.eval_on_selector_all("#died tr td.mono", "cells => cells.map(c => c.textContent)")
+    thin = page.eval_on_selector_all("#thin tr td.mono", "cells => cells.map(c => c.textContent)")
+    assert died == ["crashed"] and "crashed" not in thin
+    assert "a process of the engine died" in page.inner_text("#died")
+    colours = {}
+    for name in ("crashed", "quiet"):
+        html = tmp_path / f"{name}.html"
+        api.report(fleet / name, html)
+        page, _ = open_page(html)
+        colours[name] = page.eval_on_selector("#verdict", "v => getComputedStyle(v).borderLeftColor")
+    assert colours == {"crashed": "rgb(154, 103, 0)", "quiet": "rgb(46, 125, 50)"}    # --warn, --ok
 
 
 def test_a_scheduler_that_died_minutes_after_its_last_progress_line_is_not_called_idle(tmp_path: Path):

@@ -517,11 +517,15 @@ def render_fleet_index(store: Store, scan_id: int, show_payloads: bool = False) 
         "SELECT engine, count(*) AS incidents, max(health_blind_s) AS longest_s FROM incidents "
         "WHERE health_blind_s IS NOT NULL GROUP BY engine ORDER BY longest_s DESC, engine")
     facts = shared_facts(store)
-    # never silent: engines with nothing found whose evidence could not have shown a hang
-    thin = store.query(
-        "SELECT s.engine, s.verdict, s.capture_next FROM engine_summaries s WHERE s.thin "
+    # never silent: engines with nothing found where a process died (a crash is not a hang, nor healthy), and
+    # the others whose evidence could not have shown a hang
+    died = store.query(
+        "SELECT s.engine, s.verdict, s.capture_next FROM engine_summaries s WHERE s.died "
         "AND s.engine NOT IN (SELECT engine FROM incidents) ORDER BY s.engine")
-    for t in thin:
+    thin = store.query(
+        "SELECT s.engine, s.verdict, s.capture_next FROM engine_summaries s WHERE s.thin AND NOT coalesce(s.died, false) "
+        "AND s.engine NOT IN (SELECT engine FROM incidents) ORDER BY s.engine")
+    for t in died + thin:
         t["verdict"] = _shown(t["verdict"], show_payloads)
     verdicts = {r["engine"]: _shown(r["verdict"], show_payloads)
                 for r in store.query("SELECT engine, verdict FROM engine_summaries")}
@@ -540,7 +544,7 @@ def render_fleet_index(store: Store, scan_id: int, show_payloads: bool = False) 
     return env.get_template("fleet.html.j2").render(
         csp=script_csp(script), payloads_shown=show_payloads,
         incidents=rows, engines=engines, per_day=per_day, recurrence=recurrence, signatures=signatures,
-        blind=blind, facts=facts, thin=thin, scan=scan[0] if scan else None, prev=prev[0] if prev else None,
+        blind=blind, facts=facts, died=died, thin=thin, scan=scan[0] if scan else None, prev=prev[0] if prev else None,
         n_new=sum(1 for r in rows if r["new"]), version=__version__,
         generated=datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
         kills=sum(i["watchdog_kills"] or 0 for i in incidents),

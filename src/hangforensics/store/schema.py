@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # How to bring an older database up to SCHEMA_VERSION: the statements that take version N to N + 1.
 # Writing commands apply them (in one transaction) when they open an older database; read-only
@@ -428,7 +428,8 @@ TABLES: dict[str, str] = {
         unparsed_lines BIGINT,          -- lines no parser took
         capture_next VARCHAR[],         -- evidence to capture next time, specific to what is missing
         facts VARCHAR[],                -- the strongest facts seen, one sentence each
-        thin BOOLEAN                    -- nothing found, and the evidence could not have shown a hang (no progress line, or nothing this tool reads)
+        thin BOOLEAN,                   -- nothing found, and the evidence could not have shown a hang (no progress line, or nothing this tool reads)
+        died BOOLEAN                    -- nothing found, and the verdict says a process of the engine died or was killed (a scheduler's exception, a signal, torch's heartbeat monitor): not a hang, not healthy
     """,
 }
 
@@ -701,3 +702,6 @@ def _to_source_keys(name: str) -> list[str]:
 MIGRATIONS[6] = [to_source_keys]
 # 8: year-less lines dated by their engine's dated evidence (an older file's: NULL, read as it was)
 MIGRATIONS[7] = [f"ALTER TABLE sources ADD COLUMN IF NOT EXISTS {c} TIMESTAMP" for c in ("last_dated", "year_near")]
+# 9: an engine's summary says whether its verdict, with nothing found, is of a process that died (an older
+# database's: NULL until its engines are analysed again)
+MIGRATIONS[8] = ["ALTER TABLE engine_summaries ADD COLUMN IF NOT EXISTS died BOOLEAN"]

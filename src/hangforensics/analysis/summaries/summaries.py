@@ -104,7 +104,7 @@ SCHEMA = pa.schema([
     ("engine", pa.string()), ("verdict", pa.string()), ("span_start", pa.timestamp("us")),
     ("span_end", pa.timestamp("us")), ("ranks", pa.list_(pa.string())), ("files", pa.map_(pa.string(), pa.int32())),
     ("unparsed_lines", pa.int64()), ("capture_next", pa.list_(pa.string())), ("facts", pa.list_(pa.string())),
-    ("thin", pa.bool_()),
+    ("thin", pa.bool_()), ("died", pa.bool_()),
 ])
 
 
@@ -314,7 +314,7 @@ def _dedupe_ranks(ranks: list[str]) -> list[str]:
 
 def summarise(ev: Evidence, show_payloads: bool = False) -> dict[str, Any]:
     facts = _facts(ev)
-    verdict = _verdict(ev)
+    verdict, died = _verdict(ev)
     if not show_payloads:
         verdict, facts = redact_payloads(verdict), [redact_payloads(f) for f in facts]
     return {
@@ -322,6 +322,7 @@ def summarise(ev: Evidence, show_payloads: bool = False) -> dict[str, Any]:
         "ranks": ev.ranks, "files": ev.files, "unparsed_lines": ev.unparsed,
         "capture_next": capture_next(ev), "facts": facts,
         "thin": not ev.findings and (not ev.n_progress or not _known_files(ev)),
+        "died": died,
     }
 
 
@@ -333,8 +334,14 @@ def _hm(ts: datetime | None) -> str:
     return ts.strftime("%H:%M:%S") if ts else "?"
 
 
-def _verdict(ev: Evidence) -> str:
-    """One sentence: the incident when a rule fired, else what the evidence shows."""
+class _Died(str):
+    """A verdict with no finding behind it that says a process of the engine died or was killed: not a hang, nor
+    healthy (``engine_summaries.died``: the report frames it as a warning, the fleet index lists it)."""
+
+
+def _verdict(ev: Evidence) -> tuple[str, bool]:
+    """One sentence: the incident when a rule fired, else what the evidence shows; and whether it says, with no
+    finding, that a process died (``_Died``)."""
     parts: list[str] = []
     if ev.stall and ev.vllm:
         parts.append(vllm_summary.stall_words(ev.stall))
@@ -364,11 +371,12 @@ def _verdict(ev: Evidence) -> str:
         parts.append(f"the scheduler watchdog fired on {compact_ranks(f['ranks'])} at {_hm(f['ts'])}")
     if parts:
         killed = rank_deaths.culprit_words(ev.job)     # a rank a signal killed changes the story of a hang
-        return _sentence([*parts, killed] if killed else parts)
+        return _sentence([*parts, killed] if killed else parts), False
     died = rank_deaths.words(ev.job)
     if died:
-        return _sentence([f"the job died: {died}"])
-    return _sentence([_quiet_verdict(ev)])
+        return _sentence([f"the job died: {died}"]), True
+    quiet = _quiet_verdict(ev)
+    return _sentence([quiet]), isinstance(quiet, _Died)
 
 
 def _quiet_verdict(ev: Evidence) -> str:
@@ -381,7 +389,7 @@ def _quiet_verdict(ev: Evidence) -> str:
         last = ev.last_progress["ts"]
         died = _died_after(ev.last_progress, ev.deaths)
         if died:
-            return died
+            return _Died(died)
         idle_s = (end - last).total_seconds() if end and last else 0
         if idle_s < 60:
             return f"busy to the end of the evidence (last progress at {_hm(last)})"
@@ -433,14 +441,14 @@ def _quiet_verdict(ev: Evidence) -> str:
             secs = next((m.group(1) for d in ev.deaths if (m := _STUCK_FOR.search(d["message"] or ""))), None)
             ranks = sorted({d["rank"] for d in ev.deaths if d["rank"]}, key=rank_key)
             first = min((d["ts"] for d in ev.deaths if d["ts"]), default=None)
-            return ("torch's heartbeat monitor took the process down" + (f" on {', '.join(ranks)}" if ranks else "")
-                    + (f" at {_hm(first)}" if first else "") + ": ProcessGroupNCCL's own watchdog thread was stuck"
-                    + (f" for {secs} s" if secs else "") + " (a CUDA or NCCL call blocked it: the GPU or NCCL hung "
-                    "under it), but no progress line or stack says where the ranks stopped")
+            return _Died("torch's heartbeat monitor took the process down" + (f" on {', '.join(ranks)}" if ranks else "")
+                         + (f" at {_hm(first)}" if first else "") + ": ProcessGroupNCCL's own watchdog thread was stuck"
+                         + (f" for {secs} s" if secs else "") + " (a CUDA or NCCL call blocked it: the GPU or NCCL "
+                         "hung under it), but no progress line or stack says where the ranks stopped")
         said = "; ".join(_death_words(d) + (f" ({d['rank']})" if d["rank"] else "") + (f" at {_hm(d['ts'])}" if d["ts"] else "")
                          for d in ev.deaths)
-        return (f"a process of the engine died or was killed ({said}), but no progress line, watchdog or stack "
-                f"says when or where it stopped")
+        return _Died(f"a process of the engine died or was killed ({said}), but no progress line, watchdog or stack "
+                     f"says when or where it stopped")
     return "nothing that shows a hang: no progress lines, watchdogs, timeouts or stacks"
 
 
@@ -630,4 +638,6 @@ def engine_json(row: dict[str, Any]) -> dict[str, Any]:
         "ranks": list(row["ranks"] or []), "files": dict(row["files"] or {}),
         "unparsed_lines": int(row["unparsed_lines"] or 0), "capture_next": list(row["capture_next"] or []),
         "facts": list(row.get("facts") or []),
+        # nothing found, but a process died (a crash, not a hang): what a nightly alert keys on beside the findings
+        "died": bool(row.get("died")),
     }
