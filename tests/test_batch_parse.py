@@ -609,3 +609,36 @@ def test_a_small_rotated_log_compressed_shares_a_parse_and_a_large_one_is_read_a
     tasks = parallel.batched([plans[n] for n in ("server.log", "server.log.1.gz", "server.log.2.gz")])
     assert len(tasks) == 1 and isinstance(tasks[0], list)
     assert _compare([p.job() for p in tasks[0]], tmp_path) == 3
+
+
+
+def test_a_real_torchrun_jobs_log_rotated_by_gzip_shares_a_parse_and_dies_as_it_did(tmp_path: Path) -> None:
+    """Real torchrun output (tests/data/torch_jobs: rank 2 SIGKILLed, the launcher stopping the others),
+    rotated and compressed by the gzip program as logrotate does: the compressed log shares a parse with the
+    live plain log beside it and gets its own parse's rows; alone, it gives the engine the plain log's verdict
+    (the job died: ``died``)."""
+    import shutil
+    import subprocess
+
+    from hangforensics import api
+
+    real = DATA / "torch_jobs" / "rank_dies" / "logs" / "job.log"
+    plain, rotated, both = tmp_path / "plain" / "e", tmp_path / "rotated" / "e", tmp_path / "both" / "e"
+    for d in (plain, rotated, both):
+        d.mkdir(parents=True)
+        shutil.copy(real, d / ("job.log" if d is plain else "job.log.1"))
+        if d is not plain:
+            subprocess.run(["gzip", "-9", str(d / "job.log.1")], check=True)
+    _log(both / "job.log", [_DECODE.format(k=k) for k in range(3)])          # the live log beside it
+    plans = {p.file.abs_path.name: p for p in _plans(both, tmp_path)}
+    assert plans["job.log.1.gz"].compressed and plans["job.log.1.gz"].kind == "server_log"
+    tasks = parallel.batched([plans["job.log"], plans["job.log.1.gz"]])
+    assert len(tasks) == 1 and isinstance(tasks[0], list)
+    assert _compare([p.job() for p in tasks[0]], tmp_path) == 2
+    said = {}
+    for name, d in (("plain", plain), ("rotated", rotated)):
+        res = api.report(d, tmp_path / f"{name}.html", json_out=tmp_path / f"{name}.json")
+        (eng,) = json.loads(res.json.read_text())["engines"]
+        said[name] = (eng["verdict"], eng["died"])
+    assert said["plain"][0].startswith("The job died: rank2 was killed by SIGKILL") and said["plain"][1] is True
+    assert said["rotated"] == said["plain"]

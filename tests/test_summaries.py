@@ -238,3 +238,4 @@ def test_a_scheduler_death_reads_the_same_behind_every_envelope(tmp_path: Path, 
     (eng / "server.log").write_text("\n".join(wrapped) + "\n")
     (e,) = _doc(eng, tmp_path)["engines"]
     assert "NCCL communicator was aborted" in plain["verdict"] and e["verdict"] == plain["verdict"]
+    assert e["died"] is True                            # flagged behind every envelope, as without one
