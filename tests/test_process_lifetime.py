@@ -323,3 +323,35 @@ def test_stopping_the_fork_server_takes_a_worker_the_pool_never_got(tmp_path: Pa
         time.sleep(0.05)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
     parallel.stop_resource_tracker()            # returns: nothing holds its pipe any more
+
+
+_BROKEN_POOL = """
+import os, signal, sys, time
+import psutil
+from hangforensics.ingest import fork_server, parallel
+
+with parallel.worker_pool(2, scanner=False) as pool:
+    for f in [pool.submit(time.sleep, 0.5) for _ in range(2)]:     # (both workers forked: one task each)
+        f.result(timeout=60)
+    procs, _ = pool.workers()
+    assert len(procs) == 2
+    stuck, lost = procs[0], procs[1]
+    os.kill(stuck.pid, signal.SIGSTOP)          # a worker that cannot act on the SIGTERM the pool sends it
+    os.kill(lost.pid, signal.SIGKILL)           # the OOM killer's choice: the pool is broken
+    lost.join(10)
+    pids = [stuck.pid, lost.pid]
+print("left", [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE])
+"""
+
+
+def test_a_pool_whose_worker_was_killed_ends_and_kills_the_workers_left(tmp_path: Path):
+    """A worker killed outright breaks the pool, and the others may wait for ever on a queue lock it held: the
+    pool's end must not wait for them (CPython's manager thread joins a worker its SIGTERM may not reach; here
+    one stopped, so that the SIGTERM waits). The pool ends, and kills every worker left."""
+    try:
+        out = subprocess.run([sys.executable, "-c", _BROKEN_POOL], capture_output=True, text=True, timeout=60,
+                             cwd=tmp_path)
+    except subprocess.TimeoutExpired as e:     # (its workers die with it: fork_server.die_with_parent)
+        raise AssertionError("the broken pool's end waited for a worker that will never exit") from e
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "left []"

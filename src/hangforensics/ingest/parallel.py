@@ -607,13 +607,16 @@ def worker_pool(jobs: int, scanner: bool = False) -> Iterator[_Pool]:
         clean = True
     finally:
         procs, manager = pool.workers()
+        table = getattr(pool, "_processes", None) or {}     # (the executor's own: shutdown drops its name)
         if not clean:
             for proc in procs:
                 with contextlib.suppress(Exception):
                     proc.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
-        if manager is not None:
-            manager.join()
+        pool.shutdown(wait=False, cancel_futures=True)
+        while manager is not None and manager.is_alive():
+            manager.join(0.2)
+            if _lost_a_worker(pool, procs):
+                _kill_all(procs, table)
         for proc in procs:
             proc.join()
         # the pool's queues hold named semaphores: release them before the tracker that watches them goes
@@ -628,6 +631,22 @@ def worker_pool(jobs: int, scanner: bool = False) -> Iterator[_Pool]:
         gc.collect()
         fork_server.stop()
         stop_resource_tracker()
+
+
+def _lost_a_worker(pool: _Pool, procs: list[Any]) -> bool:
+    """Whether a worker of ``pool`` died (an OOM killer's SIGKILL): the pool is broken."""
+    return bool(getattr(pool, "_broken", False)) or any(proc.exitcode not in (None, 0) for proc in procs)
+
+
+def _kill_all(procs: list[Any], table: dict[Any, Any]) -> None:
+    """Kill every worker of a broken pool: the others may wait for ever on a queue lock the dead one held, and
+    CPython's manager thread, which joins them, signals only those it knew of when it saw the death (not one
+    it started as the death came: measured, a scan's pool that hung at its end)."""
+    with contextlib.suppress(RuntimeError):             # (the manager thread may change the table meanwhile)
+        procs = [*procs, *list(table.values())]
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.kill()
 
 
 @contextlib.contextmanager
