@@ -158,12 +158,17 @@ def fleet_scans(fleet: Path, fleet_mb: float, engines: int, mode: str, tmp: Path
     give the analysis per engine."""
     db, out, js = tmp / f"fleet-{engines}-{mode}.duckdb", tmp / f"out-{engines}-{mode}", tmp / f"scan-{engines}-{mode}.json"
     cmd = [*HF, "scan", str(fleet), "--db", str(db), "--out", str(out), "--json", str(js), "--executor", mode]
-    full = []
+    full, paired = [], []
     for k in range(runs):
         if k:                                   # a first scan again: the database and reports of the last gone
             db.unlink()
             shutil.rmtree(out)
+        # the single log ingested just before each scan: the ratio of their MB/s pair by pair (the VM's speed
+        # drifts by 10 % or more within minutes; a ratio of medians taken minutes apart drifts with it)
+        t_log = _single_log_ingest(tmp) if SINGLE_LOG else None
         full.append((*measure(cmd), LAST["largest"], LAST["pss"], LAST["cpu"], _phases(db)))
+        if t_log is not None:
+            paired.append(fleet_mb / full[-1][0] / (SINGLE_LOG[0][1] / t_log))
     t_full, rss_full, largest, pss, cpu, phases = sorted(full, key=lambda r: r[0])[len(full) // 2]
     FLEETS.append({"engines": engines, "mb": fleet_mb, "mode": mode, "scan": t_full, **phases})
     rows = [(f"scan {engines} engines, {fleet_mb:.0f} MB, --executor {mode}{note}", t_full, rss_full,
@@ -171,7 +176,8 @@ def fleet_scans(fleet: Path, fleet_mb: float, engines: int, mode: str, tmp: Path
              f"(**{1000 * phases['analyze_s'] / engines:.1f} ms per engine**), reports {phases['report_s']:.1f} s; "
              f"largest process {largest:.0f} MB; all processes {pss:.0f} MB PSS; CPU {cpu:.1f} s"
              + (f"; median of {runs}: {', '.join(f'{r[0]:.2f}' for r in full)} s" if runs > 1 else "")
-             + (f"; **{fleet_mb / t_full / SINGLE[0]:.2f} of the single log's MB/s**" if SINGLE else ""))]
+             + (f"; **{statistics.median(paired):.2f} of the single log's MB/s** (each scan against the log ingested "
+                f"just before it: {', '.join(f'{r:.2f}' for r in paired)})" if paired else ""))]
     t_re, rss_re = best(cmd)
     budget = max(0.02 * t_full, 2.0)
     rows.append((f"rescan, nothing changed, --executor {mode}{note}", t_re, rss_re,
@@ -194,7 +200,15 @@ def fleet_scans(fleet: Path, fleet_mb: float, engines: int, mode: str, tmp: Path
 
 
 FLEETS: list[dict] = []     # each full scan's figures, for the slope
-SINGLE: list[float] = []    # the first single-log ingest's MB/s (what a fleet's MB/s is set against)
+SINGLE_LOG: list[tuple[Path, float]] = []   # the first plain single log and its MB: what a fleet scan is paired with
+
+
+def _single_log_ingest(tmp: Path) -> float:
+    """The seconds of one ingest of the single log into a new database (the reference a fleet scan is paired with)."""
+    db = tmp / "paired-log.duckdb"
+    t, _ = measure([*HF, "ingest", str(SINGLE_LOG[0][0]), "--db", str(db)])
+    db.unlink()
+    return t
 
 
 def _phases(db: Path) -> dict[str, float]:
@@ -283,8 +297,8 @@ def main() -> None:
                 runs.append((g, t, rss, LAST["largest"], LAST["cpu"], LAST["pss"]))
                 db.unlink()
             g, t, rss, largest, cpu, pss = (statistics.median(r[k] for r in runs) for k in range(6))
-            if not envelope:
-                SINGLE.append(real_mb / t)
+            if not envelope and not SINGLE_LOG:
+                SINGLE_LOG.append((log, real_mb))
             ratio = statistics.median(r[1] / r[0] for r in runs)
             label = f"ingest {real_mb:.0f} MB log" + (f" ({100 * a.other:g} % other messages)" if a.other else "") \
                 + ({"vllm": " of vLLM (relayed by Ray)", "job": " of a torch job's steps"}.get(envelope)
