@@ -6,7 +6,6 @@ py-spy dump, a kubectl-wrapped log a server log)."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 from collections.abc import Iterator
 from datetime import datetime
@@ -28,7 +27,16 @@ from ..parsers.stacks import faulthandler, gdb, hand_summary, native_trace, pysp
 from ..parsers.torch_jobs.train_steps import STEP_LINE
 from ..parsers.vllm.vllm_patterns import STATS_MESSAGE
 from .envelopes import EnvelopeStack, Unwrapper
-from .logfile import GZIP_MAGIC, HEAD_BYTES, head_hash, head_text, is_gzip, open_binary
+from .logfile import (
+    GZIP_MAGIC,
+    HEAD_BYTES,
+    decode_head,
+    hash_head,
+    head_hash,
+    head_text,
+    is_gzip,
+    open_binary,
+)
 from .payload import head_lines, sniff
 
 LOG_SNIFF = re.compile(
@@ -96,7 +104,7 @@ def sniff_kind(path: Path, head: str | None = None, raw: bytes | None = None) ->
         return "unreadable", None
     if not head:
         return "empty", None
-    if looks_like_flight_recorder(raw[:8192]) if raw is not None else _flight_recorder_head(path):
+    if looks_like_flight_recorder(raw[:FR_HEAD_BYTES]) if raw is not None else _flight_recorder_head(path):
         # (a pickle is binary: tested before the binary test)
         return "flight_recorder", None
     if looks_binary(head):
@@ -190,7 +198,7 @@ def probe_content(path: Path) -> ContentProbe:
     raw = _plain_head(path)
     head: str | None
     if raw is not None:                         # one read gives the text, the hash and the Flight Recorder test
-        head = raw.decode("utf-8", errors="replace")
+        head = decode_head(raw)
     else:
         try:
             head = head_text(path)
@@ -199,7 +207,7 @@ def probe_content(path: Path) -> ContentProbe:
     kind, stack = sniff_kind(path, head, raw) if head is not None else ("unreadable", None)
     try:
         if raw is not None:
-            hhash, compressed = hashlib.sha1(raw).hexdigest(), False
+            hhash, compressed = hash_head(raw), False
         else:
             hhash = head_hash(path) if kind != "unreadable" else ""
             compressed = kind != "unreadable" and is_gzip(path)
@@ -286,11 +294,15 @@ def _capture_kind(head: str) -> str | None:
     return None
 
 
+# The raw first bytes a Flight Recorder dump is recognised by
+FR_HEAD_BYTES = 8192
+
+
 def _flight_recorder_head(path: Path) -> bool:
     """The raw first bytes name a Flight Recorder dump (the decoded text head mangles a pickle's bytes)."""
     try:
         with open_binary(path) as f:
-            return looks_like_flight_recorder(f.read(8192))
+            return looks_like_flight_recorder(f.read(FR_HEAD_BYTES))
     except (OSError, EOFError):
         return False
 

@@ -150,6 +150,11 @@ def head_text(path: Path, nbytes: int = HEAD_BYTES) -> str:
             data = f.read(nbytes)
         except OSError as e:
             raise InputError(f"cannot read {path}: {e}") from e
+    return decode_head(data)
+
+
+def decode_head(data: bytes) -> str:
+    """A file's first bytes as ``head_text`` gives them: decoded leniently."""
     return data.decode("utf-8", errors="replace")
 
 
@@ -160,6 +165,11 @@ def head_hash(path: Path, nbytes: int = HEAD_BYTES) -> str:
             data = f.read(min(nbytes, HEAD_BYTES))
         except OSError as e:
             raise InputError(f"cannot read {path}: {e}") from e
+    return hash_head(data)
+
+
+def hash_head(data: bytes) -> str:
+    """``head_hash`` of a file whose (decompressed) first bytes are ``data``."""
     return hashlib.sha1(data).hexdigest()
 
 
