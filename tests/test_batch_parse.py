@@ -364,7 +364,7 @@ def test_property_any_files_share_a_parse_and_each_gets_its_own_rows(tmp_path: P
         data = "\n".join(body) + ("" if cut else "\n")
         path.write_text(data)
         if "\n" in data and not data.endswith("\n"):   # (its last line, without a newline, read after the rest:
-            alone.add(path.name)                        # the file shares a parse only when no record takes it)
+            alone.add(path.name)                        # a plain file shares a parse only when no record takes it)
         paths.append(path)
     plans = {p.file.abs_path.name: p for p in _plans(logs, tmp_path)}
     jobs = [plans[f.name].job() for f in paths if f.name in plans and parallel.batchable(plans[f.name])]
@@ -400,27 +400,35 @@ def test_a_paste_whose_last_line_has_no_newline_shares_a_parse_when_no_record_ta
     """A log's last line without its newline is a chunk of its own, read after the rest. When no record takes
     it (a line cut mid-word) it adds one unparsed row, and the file shares the parse: plain, or behind
     Markdown (whose unparsed lines keep their text, read back from the envelope as it was after the rest).
-    One that starts a record is read with the context the rest left: that file is parsed alone."""
+    One that starts a record is read with the context the rest left: behind an envelope it is parsed after
+    the joint parse with that context (the rest's last time, release, and the record that dates an access
+    line printed without a time); a plain log, whose own parse reads it with the compiled scanner's group,
+    is parsed alone."""
     logs = _engine(tmp_path, monkeypatch, scanner)
     decode = _DECODE
+    access = 'INFO:     127.0.0.1:5000 - "POST /generate HTTP/1.1" 200 OK'
     texts = {
         "a.log": [decode.format(k=1), "an odd line", '  File "/us'],
         "b.log": [decode.format(k=2), decode.format(k=3)],                # its last line is a record
         "c.md": ["It hangs here:", "```", decode.format(k=4), "some words", "```", "and then it stops wi"],
         "d.md": ["Again:", "```", decode.format(k=5), "more words", "```", "cut mid-wo"],
         "e.log": [decode.format(k=6), "a last line with its newline"],
+        "f.md": ["Then:", "```", decode.format(k=7), access],            # a record, dated by the one before
+        "g.md": ["And:", "```", decode.format(k=8), "```", decode.format(k=9)],
     }
     for name, lines in texts.items():
         (logs / name).write_text("\n".join(lines) + ("\n" if name == "e.log" else ""))
     plans = {p.file.abs_path.name: p for p in _plans(logs, tmp_path)}
     jobs = [plans[name].job() for name in texts]
-    assert [batch_parse._prepared(j).tail is not None for j in jobs] == [True, True, True, True, False]
-    assert _compare(jobs, tmp_path) == 4          # all but b.log, each as alone
+    assert [batch_parse._prepared(j).tail is not None for j in jobs] == [True, True, True, True, False, True, True]
+    assert _compare(jobs, tmp_path) == 6          # all but b.log, each as alone
     got = {j.rel_path: _rows(m) for j, (m, _) in zip(jobs, batch_parse.parse_batch_to_ipc(
         jobs, str(tmp_path / "batch")), strict=True)}
     assert [(u["line"], u["text"]) for u in got["c.md"]["unparsed"]] == [
         (1, "It hangs here:"), (2, "```"), (4, "some words"), (5, "```"), (6, "and then it stops wi")]
     assert len(got["b.log"]["batches"]) == 2
+    assert [(r["line"], r["ts"].second) for r in got["f.md"]["http_requests"]] == [(4, 7)]
+    assert [(r["line"], r["ts"].second) for r in got["g.md"]["batches"]] == [(3, 8), (5, 9)]
 
 
 def test_a_batch_holds_logs_read_the_same_way_so_that_it_is_one_joint_parse(tmp_path: Path,

@@ -70,6 +70,9 @@ class _Ready:
     # rest ends (the resume point between them)
     tail: Payload | None = None
     rest_bytes: int = 0
+    # its tail is more than a line no record takes (``_plain_tails``): parsed after the rest, with the context
+    # the rest left, as ``parse._parse_log`` parses a second chunk (a payload behind an envelope only)
+    tail_parsed: bool = False
 
     @property
     def count(self) -> int:
@@ -99,8 +102,14 @@ def parse_batch_to_ipc(jobs: list[FileJob], prefix: str) -> list[tuple[list[tupl
             ready.append(None)
     tails = [k for k, r in enumerate(ready) if r is not None and r.tail is not None]
     for k, plain in zip(tails, _plain_tails([ready[k].tail for k in tails]), strict=True):  # type: ignore[union-attr]
-        if not plain:
+        r = ready[k]
+        assert r is not None
+        if plain:
+            continue
+        if r.pay.plain:     # (a plain log alone reads its tail with the scanner's group: it is read alone)
             ready[k] = None
+        else:
+            r.tail_parsed = True
     groups: dict[tuple[bool, bool, bool], list[int]] = {}
     for k, r in enumerate(ready):
         if r is not None:
@@ -243,12 +252,20 @@ def _plain_tails(tails: list[Payload]) -> list[bool]:
     return [not len(t.lines) or alone[str(t.lines[0])] for t in tails]
 
 
-def _tail(r: _Ready) -> Any:
-    """The ``Parsed`` of a file's last line without its newline (``_plain_tails``): one unparsed row."""
-    from ..parsers.sglang.sglang_log import Parsed
+def _tail(r: _Ready, rest: Any) -> Any:
+    """The ``Parsed`` of a file's last line without its newline: one unparsed row (``_plain_tails``), else
+    (``_Ready.tail_parsed``) its own parse with the context the rest of the file (``rest``: its ``Parsed``)
+    left, as ``parse._parse_log`` parses a second chunk: the rest's last time and release (the joint parse's
+    facts and ``_counted``), and the dated record furthest down it, which dates an access line without a time."""
+    from ..parsers.sglang.sglang_log import Parsed, last_record_ts
+    from .parse import _parse_payload
 
     pay = r.tail
     assert pay is not None
+    if r.tail_parsed:
+        r.ctx.record_ts = last_record_ts([rest.tables.get(t) for t in ("http_requests", "batches", "events")],
+                                         r.ctx.record_ts)
+        return _parse_payload(pay, r.ctx)
     if pay.plain:
         rows, lines = [{"engine": r.job.engine, "path": r.job.rel_path, "line": pay.first_line,
                         "text": pay.lines[0]}], 1
@@ -405,10 +422,11 @@ def _batches(p: Any, r: _Ready) -> Iterator[tuple[str, Any]]:
     chunk's tables, then the resume point after it."""
     import polars as pl
 
-    parts = [(p, r.rest_bytes if r.tail is not None else r.out.read_bytes)]
-    if r.tail is not None:
-        parts.append((_tail(r), r.out.read_bytes))
-    for part, end in parts:
+    parts = [(lambda: p, r.rest_bytes if r.tail is not None else r.out.read_bytes)]
+    if r.tail is not None:              # (parsed after the rest is counted: it reads the release the rest left)
+        parts.append((lambda: _tail(r, p), r.out.read_bytes))
+    for part_of, end in parts:
+        part = part_of()
         for _ in _counted([part], r.ctx, r.out, True):
             for table in LOADED_TABLES:
                 rows = part.tables.get(table)
