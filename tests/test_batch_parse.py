@@ -378,6 +378,45 @@ def test_property_any_files_share_a_parse_and_each_gets_its_own_rows(tmp_path: P
         assert _compare(jobs, tmp_path) >= sum(n for n in ways.values() if n > 1)
 
 
+# envelopes a small log comes behind (a paste in a ticket, a collector's prefix with its own time or without)
+_WRAPS = {
+    "markdown": lambda k, lines: ["The scheduler stopped here:", "```", *lines],
+    "kubectl": lambda k, lines: [f"2026-01-01T00:00:0{k}.{n:09d}Z {line}" for n, line in enumerate(lines)],
+    "compose": lambda k, lines: [f"sglang-{k}  | {line}" for line in lines],
+}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(files=st.lists(st.tuples(st.sampled_from(sorted(_WRAPS)), st.sampled_from(_FIRSTS),
+                                st.lists(st.tuples(st.integers(0, len(_LINES) - 1), st.integers(0, 9)), max_size=10),
+                                st.booleans()), min_size=2, max_size=6))
+def test_property_logs_behind_an_envelope_whose_last_line_starts_a_record_share_a_parse(
+        tmp_path: Path, files: list[tuple[str, int, list, bool]]) -> None:
+    """Small logs behind an envelope (Markdown, kubectl's times, compose's prefix), some ending without a
+    newline on any line (``cut``): a record's start, a record's continuation, a dump's line.  Each gets from a
+    shared parse the rows and outcome its own parse gives: its last line is read after the rest, with the
+    context the rest left."""
+    logs = Path(tempfile.mkdtemp(dir=tmp_path))
+    paths = []
+    for k, (wrap, first, lines, cut) in enumerate(files):
+        body = _WRAPS[wrap](k, [_LINES[first].format(k=k), *(_LINES[i].format(k=d) for i, d in lines)])
+        path = logs / f"f{k}.{'md' if wrap == 'markdown' else 'log'}"
+        path.write_text("\n".join(body) + ("" if cut else "\n"))
+        paths.append(path)
+    plans = {p.file.abs_path.name: p for p in _plans(logs, tmp_path)}
+    jobs = [plans[f.name].job() for f in paths if f.name in plans and parallel.batchable(plans[f.name])]
+    ways: dict[tuple[bool, bool], int] = {}     # the files read alike, which share one parse
+    for job in jobs:
+        r = batch_parse._prepared(job)
+        # (one its envelope holds lines back is read as usual; a plain one whose last line starts a record too)
+        if r is not None and not (r.pay.plain and r.tail is not None):
+            way = (r.pay.plain, r.pay.collected_ts is None)
+            ways[way] = ways.get(way, 0) + 1
+    if len(jobs) >= 2:
+        assert _compare(jobs, tmp_path) >= sum(n for n in ways.values() if n > 1)
+
+
 @pytest.mark.parametrize("scanner", [True, False], ids=["scanner", "general parser"])
 def test_a_one_line_log_without_its_newline_shares_a_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           scanner: bool) -> None:
