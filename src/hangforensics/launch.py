@@ -8,6 +8,7 @@ or stops the server as it always does (``fork_server.started_early``: a server i
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 from pathlib import Path
@@ -19,8 +20,16 @@ _VALUED = ("--db", "--jobs", "-o", "--output", "--json", "--fail-on", "--out", "
            "--ray-address", "--staging")
 
 
+# The cyclic collector's first threshold: a query's rows are thousands of dicts, each an allocation that counts
+# towards a collection (at Python's default of 700: some 260 collections in a fleet scan).  Measured on the
+# 202-engine fleet: the collector's time in the scan's process 0.088 -> 0.043 s, in a 445 MB log's ingest 0.074
+# -> 0.050 s; the largest process the same.
+GC_THRESHOLD = 10_000
+
+
 def main() -> None:
     """Start the parsers early where they will be needed, then run the CLI."""
+    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
     # only a head start: whatever goes wrong here, the command starts the server itself if it needs it
     with contextlib.suppress(Exception):
         _start_parsers_early(sys.argv[1:])
