@@ -236,8 +236,9 @@ def _plain_tails(tails: list[Payload]) -> list[bool]:
     a line no record takes (or one its envelope dropped): it then adds one unparsed row and nothing else
     (``_tail``), as its own parse gives.
     One that starts a record, is cut into by one or is a py-spy dump's part (a record in a chunk's head) is
-    read with its file's context: the file is parsed alone.  All the lines classified by one call, each with
-    a head of its own."""
+    read with its file's context: behind an envelope it is parsed after the joint parse, with the context that
+    left (``_Ready.tail_parsed``); a plain log is parsed alone.  All the lines classified by one call, each
+    with a head of its own."""
     from ..parsers.sglang.sglang_log import _classify
     from ..parsers.sglang.sglang_records import dump_like
 
@@ -420,19 +421,21 @@ def _per_file(ready: list[_Ready], parsed: Any, bases: list[int], cut: Any,
 def _batches(p: Any, r: _Ready) -> Iterator[tuple[str, Any]]:
     """What ``parse._parse_log`` yields for a file of one chunk (and its last line without a newline): each
     chunk's tables, then the resume point after it."""
+    yield from _chunk_batches(p, r, r.rest_bytes if r.tail is not None else r.out.read_bytes)
+    if r.tail is not None:              # (parsed once the rest is counted: it reads the release the rest left)
+        yield from _chunk_batches(_tail(r, p), r, r.out.read_bytes)
+
+
+def _chunk_batches(part: Any, r: _Ready, end: int) -> Iterator[tuple[str, Any]]:
+    """One chunk's tables, counted into the file's outcome, then the resume point ``end`` after it."""
     import polars as pl
 
-    parts = [(lambda: p, r.rest_bytes if r.tail is not None else r.out.read_bytes)]
-    if r.tail is not None:              # (parsed after the rest is counted: it reads the release the rest left)
-        parts.append((lambda: _tail(r, p), r.out.read_bytes))
-    for part_of, end in parts:
-        part = part_of()
-        for _ in _counted([part], r.ctx, r.out, True):
-            for table in LOADED_TABLES:
-                rows = part.tables.get(table)
-                if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
-                    yield table, rows
-            yield CHECKPOINT, FileOutcome(r.out.lines, r.out.unparsed, end)
+    for _ in _counted([part], r.ctx, r.out, True):
+        for table in LOADED_TABLES:
+            rows = part.tables.get(table)
+            if rows is not None and (rows.height if isinstance(rows, pl.DataFrame) else rows):
+                yield table, rows
+        yield CHECKPOINT, FileOutcome(r.out.lines, r.out.unparsed, end)
 
 
 def _dated_access(starts: Any, access: Any, bases: list[int], outs: list[Any]) -> None:
