@@ -315,3 +315,28 @@ def test_large_files_parsed_while_planning_give_the_rows_of_a_parse_after(tmp_pa
     with Store(tmp_path / "early.duckdb") as st:
         assert st.scalar("SELECT count(*) FROM sources WHERE status LIKE 'duplicate of%'") == 1
     assert _tables(tmp_path / "early.duckdb") == _tables(tmp_path / "after.duckdb")
+
+
+def test_the_fleet_index_lists_engines_with_nothing_found_where_a_process_died_or_the_evidence_is_thin(
+        tmp_path: Path):
+    """Never silent: a real torchrun job whose rank was killed (no hang), the same job pasted into a ticket
+    (died, and thin: in the died list only), and an engine of GPU samples alone (thin) are each listed with
+    their own verdict in the index, not among the incidents."""
+    import shutil
+
+    from conftest import DATA
+
+    fleet = tmp_path / "fleet"
+    for name in ("rank_dies", "pasted"):
+        shutil.copytree(DATA / "torch_jobs" / name, fleet / name)
+    (fleet / "gpu-only").mkdir()
+    shutil.copy(DATA / "hostile" / "fleet" / "damaged-stall" / "gpu" / "smi.csv", fleet / "gpu-only" / "smi.csv")
+    out = tmp_path / "out"
+    scan(fleet, tmp_path / "fleet.duckdb", out=out)
+    html = (out / "index.html").read_text()
+    died = html[html.index('<section id="died">'):html.index('<section id="thin">')]
+    thin = html[html.index('<section id="thin">'):]
+    thin = thin[:thin.index("</section>")]
+    assert "rank_dies" in died and "killed by SIGKILL" in died
+    assert "pasted" in died and "SIGABRT" in died and "pasted" not in thin
+    assert "gpu-only" in thin and "Nothing that shows a hang" in thin and "gpu-only" not in died

@@ -39,6 +39,10 @@ from .logfile import (
 )
 from .payload import head_lines, sniff
 
+# The raw first bytes a Flight Recorder dump is recognised by
+FR_HEAD_BYTES = 8192
+
+
 LOG_SNIFF = re.compile(
     r"^(?:[\w.-]+(?:[-_]\d+)?\s*\| ?)?(?:"
     r"(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"     # SGLang prefix
@@ -292,10 +296,6 @@ def _capture_kind(head: str) -> str | None:
     if looks_like_process_facts(head):
         return "process_facts"
     return None
-
-
-# The raw first bytes a Flight Recorder dump is recognised by
-FR_HEAD_BYTES = 8192
 
 
 def _flight_recorder_head(path: Path) -> bool:

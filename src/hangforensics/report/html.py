@@ -540,14 +540,14 @@ def render_fleet_index(store: Store, scan_id: int, show_payloads: bool = False) 
     facts = shared_facts(store)
     # never silent: engines with nothing found where a process died (a crash is not a hang, nor healthy), and
     # the others whose evidence could not have shown a hang
-    quiet = store.query(
-        "SELECT s.engine, s.verdict, s.capture_next, coalesce(s.died, false) AS died FROM engine_summaries s "
-        "WHERE (s.died OR s.thin) AND s.engine NOT IN (SELECT engine FROM incidents) ORDER BY s.engine")
-    for t in quiet:
-        t["verdict"] = _shown(t["verdict"], show_payloads)
-    died, thin = [t for t in quiet if t["died"]], [t for t in quiet if not t["died"]]
     verdicts = {r["engine"]: _shown(r["verdict"], show_payloads)
                 for r in store.query("SELECT engine, verdict FROM engine_summaries")}
+    quiet = store.query(
+        "SELECT s.engine, s.capture_next, coalesce(s.died, false) AS died FROM engine_summaries s "
+        "WHERE (s.died OR s.thin) AND s.engine NOT IN (SELECT engine FROM incidents) ORDER BY s.engine")
+    for t in quiet:
+        t["verdict"] = verdicts[t["engine"]]
+    died, thin = [t for t in quiet if t["died"]], [t for t in quiet if not t["died"]]
     engines = [{**e, "verdict": verdicts.get(e["engine"], "")} for e in engines]
     scan = store.query("SELECT * FROM scans WHERE scan_id = ?", [scan_id])
     prev = store.query("SELECT * FROM scans WHERE scan_id < ? AND finished_at IS NOT NULL ORDER BY scan_id DESC "
